@@ -1,0 +1,97 @@
+"""Content-addressed artifact cache, so a network trained in one notebook is reused by the next.
+
+Keys are hashes of everything that determines the artifact (configuration, data description, seed, and the
+package source hash by default), so a change to any of them trains afresh. Writes are atomic (temporary file then
+``os.replace``), so an interrupted run never leaves a half-written artifact that a later run would trust.
+
+Example:
+    >>> import tempfile, os
+    >>> os.environ["ANONPAPER_CACHE"] = tempfile.mkdtemp()
+    >>> cache = ArtifactCache("doctest")
+    >>> cache.get_or_create({"n": 3}, lambda: {"value": 3 * 2}, include_source=False)
+    {'value': 6}
+    >>> cache.exists({"n": 3}, include_source=False)
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from anonpaper.runtime import cache_dir, content_hash, package_source_hash
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a reader sees the old file or the whole new one, never a part)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` with the atomicity of :func:`atomic_write_bytes`."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    atomic_write_bytes(Path(path), buffer.getvalue())
+
+
+class ArtifactCache:
+    """A namespace of cached artifacts (torch-serialisable objects) under ``$ANONPAPER_CACHE/<namespace>/``.
+
+    Args:
+        namespace: Folder name for one kind of artifact, e.g. ``"vessel-segmenter"``.
+        root: Cache root; defaults to :func:`anonpaper.runtime.cache_dir`.
+    """
+
+    def __init__(self, namespace: str, root: Path | None = None):
+        if not namespace or "/" in namespace or namespace.startswith("."):
+            raise ValueError(f"namespace must be a plain folder name, got {namespace!r}")
+        self.namespace = namespace
+        self.directory = Path(root or cache_dir()) / namespace
+
+    def key(self, description: Any, include_source: bool = True) -> str:
+        """The content hash naming the artifact described by ``description``."""
+        parts = [description, package_source_hash()] if include_source else [description]
+        return content_hash(*parts)
+
+    def path(self, description: Any, include_source: bool = True) -> Path:
+        return self.directory / f"{self.key(description, include_source)}.pt"
+
+    def exists(self, description: Any, include_source: bool = True) -> bool:
+        return self.path(description, include_source).is_file()
+
+    def load(self, description: Any, include_source: bool = True, map_location: Any = "cpu") -> Any:
+        import torch
+
+        return torch.load(self.path(description, include_source), map_location=map_location, weights_only=False)
+
+    def save(self, description: Any, artifact: Any, include_source: bool = True) -> Path:
+        path = self.path(description, include_source)
+        atomic_torch_save(artifact, path)
+        return path
+
+    def get_or_create(self, description: Any, build: Callable[[], Any], include_source: bool = True,
+                      map_location: Any = "cpu") -> Any:
+        """Load the artifact for ``description`` if cached, otherwise ``build()`` it, save it and return it."""
+        if self.exists(description, include_source):
+            return self.load(description, include_source, map_location)
+        artifact = build()
+        self.save(description, artifact, include_source)
+        return artifact

@@ -1,0 +1,179 @@
+"""Runtime helpers shared by every part of the package: seeding, device choice, hashing, versions.
+
+Determinism contract: after ``seed_everything(seed)`` the same code on CPU produces identical results. Code that
+needs randomness should take an explicit ``seed`` or ``torch.Generator``/``numpy.random.Generator`` rather than
+rely on global state; ``seed_everything`` exists for third-party code that does use global state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import random
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def seed_everything(seed: int, deterministic: bool = True) -> None:
+    """Seed Python, NumPy and PyTorch (CPU and CUDA) global generators.
+
+    Args:
+        seed: Non-negative integer seed.
+        deterministic: Also ask PyTorch for deterministic kernels (cuDNN deterministic, no benchmark). On CPU the
+            default kernels are already deterministic for the operations this package uses.
+
+    Raises:
+        ValueError: If ``seed`` is negative or not an integer.
+    """
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    import torch
+
+    random.seed(int(seed))
+    np.random.seed(int(seed) % (2**32))
+    torch.manual_seed(int(seed))
+    if deterministic:
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+
+
+def get_device(prefer: str | None = None):
+    """Pick the torch device: ``prefer`` or ``$ANONPAPER_DEVICE`` if set, else CUDA when available, else CPU.
+
+    Args:
+        prefer: A device string such as ``"cpu"`` or ``"cuda:0"``; overrides the environment.
+
+    Returns:
+        torch.device
+
+    Raises:
+        ValueError: If the requested device string is invalid or names CUDA on a machine without it.
+    """
+    import torch
+
+    requested = prefer or os.environ.get("ANONPAPER_DEVICE")
+    if requested:
+        try:
+            device = torch.device(requested)
+        except RuntimeError as error:
+            raise ValueError(f"invalid device {requested!r} (from ANONPAPER_DEVICE or argument): {error}") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {requested!r} requested but CUDA is not available on this machine")
+        return device
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def cache_dir() -> Path:
+    """The artifact cache directory: ``$ANONPAPER_CACHE`` or ``~/.cache/anonpaper`` (created if missing)."""
+    path = Path(os.environ.get("ANONPAPER_CACHE", Path.home() / ".cache" / "anonpaper")).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _canonical(obj: Any) -> Any:
+    """Convert ``obj`` into JSON-serialisable data with a stable form (sorted keys, plain numbers)."""
+    if isinstance(obj, dict):
+        return {str(key): _canonical(value) for key, value in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(value) for value in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return {"__ndarray__": hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest(),
+                "shape": list(obj.shape), "dtype": str(obj.dtype)}
+    if hasattr(obj, "__dataclass_fields__"):
+        import dataclasses
+
+        return {"__dataclass__": type(obj).__name__, **_canonical(dataclasses.asdict(obj))}
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    raise TypeError(f"cannot hash object of type {type(obj).__name__}: {obj!r}")
+
+
+def content_hash(*parts: Any, length: int = 16) -> str:
+    """A stable hexadecimal hash of JSON-like data (dicts, lists, numbers, strings, arrays, dataclasses).
+
+    Two calls with equal content give the same hash across processes and machines.
+
+    >>> content_hash({"b": 1, "a": [1, 2]}) == content_hash({"a": [1, 2], "b": 1})
+    True
+    """
+    payload = json.dumps(_canonical(list(parts)), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()[:length]
+
+
+def package_source_hash() -> str:
+    """Hash of every ``.py`` file of the installed package (paths and bytes), so results tie to the code."""
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def git_sha() -> str | None:
+    """The git commit of the checkout the package lives in (with ``-dirty`` when modified), or None."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PACKAGE_DIR, capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PACKAGE_DIR,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha + ("-dirty" if dirty else "") if sha else None
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of Python, the package and the main libraries, for results records and first notebook cells."""
+    import importlib.metadata as metadata
+
+    from anonpaper import __version__
+
+    info: dict[str, str | None] = {"anonpaper": __version__, "python": platform.python_version()}
+    for name in ("torch", "torchvision", "numpy", "pandas", "scipy", "scikit-learn", "scikit-image",
+                 "opencv-python-headless", "timm", "piq", "papermill", "jupyter-book"):
+        try:
+            info[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            info[name] = None
+    return info
+
+
+def environment_info() -> dict[str, Any]:
+    """Everything a results record needs to say where and with what it ran."""
+    import torch
+
+    device = get_device()
+    info: dict[str, Any] = {
+        "versions": versions(),
+        "git_sha": git_sha(),
+        "package_source_hash": package_source_hash(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "cache_dir": str(cache_dir()),
+    }
+    return info
+
+
+def print_config() -> dict[str, Any]:
+    """Print versions, git SHA, device and cache directory (the first cell of every notebook); return them."""
+    info = environment_info()
+    width = max(len(name) for name in info["versions"]) + 2
+    for name, version in info["versions"].items():
+        print(f"{name:<{width}}{version}")
+    for key in ("git_sha", "package_source_hash", "device", "device_name", "torch_threads", "cache_dir"):
+        print(f"{key:<{width}}{info[key]}")
+    return info

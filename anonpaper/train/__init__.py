@@ -1,0 +1,1 @@
+"""Shared training loops (classifier, segmenter, GAN) with checkpoint + resume and progress bars."""

@@ -1,0 +1,56 @@
+"""Checkpoints for resumable training: one atomic file holding every state needed to continue identically.
+
+A training loop saves ``{"step": ..., "model": ..., "optimizer": ..., "rng": capture_rng_state(), ...}`` every
+so often with :func:`save_checkpoint`; after an interruption :func:`load_checkpoint` returns it and
+:func:`restore_rng_state` puts the random generators back, so the resumed run continues as if never stopped.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from anonpaper.runner.cache import atomic_torch_save
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """The states of Python's, NumPy's and PyTorch's global generators (CPU and, if present, CUDA)."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of :func:`capture_rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
+    """Atomically write ``state`` (tensors, state dicts, numbers) to ``path``; returns the path."""
+    path = Path(path)
+    atomic_torch_save(state, path)
+    return path
+
+
+def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any] | None:
+    """Load a checkpoint written by :func:`save_checkpoint`; None when ``path`` does not exist.
+
+    Raises:
+        ValueError: If the file exists but cannot be read as a checkpoint (names the file).
+    """
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        return torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as error:  # torch raises several types for corrupt files
+        raise ValueError(f"checkpoint {path} is unreadable ({type(error).__name__}: {error}); delete it to restart")
