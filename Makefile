@@ -1,0 +1,34 @@
+# anonpaper: the two set-up commands are `make book` and `make test` (see README.md).
+PROFILE ?= quick
+VENV ?= .venv
+PYTHON_BASE ?= python3
+PY := $(VENV)/bin/python
+ANONPAPER := $(VENV)/bin/anonpaper
+# Never fetch weights or data at run time; the cache lives where the user says (default ~/.cache/anonpaper).
+export HF_HUB_OFFLINE := 1
+export MPLBACKEND := Agg
+
+.PHONY: install book reproduce test test-unit test-notebooks clean-runs
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON_BASE) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first, from the pinned CUDA build (runs on CPU too); then the package and its test tools.
+	$(PY) -m pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+## Reproduce the study on the phantoms at $(PROFILE) and build the book (runs/$(PROFILE)/book/_build/html).
+book: install
+	$(ANONPAPER) reproduce --profile $(PROFILE)
+
+## Unit tests, every notebook at the smoke profile through the runner, assertions on their records, strict book.
+test: install
+	$(PY) -m pytest -m "not notebooks" --doctest-modules anonpaper tests
+	$(ANONPAPER) reproduce --profile smoke
+	$(PY) -m pytest -m notebooks tests
+
+clean-runs:
+	rm -rf runs/

@@ -1,0 +1,101 @@
+"""Simple torch augmentations driven by an explicit ``torch.Generator`` (deterministic for a fixed seed).
+
+Paper 2 augments with a horizontal flip and a shift-scale-rotate, each with probability 0.25 (albumentations'
+``ShiftScaleRotate`` defaults: shift up to 6.25% of the size, scale within +-10%, rotation within +-45 degrees,
+reflected borders). :class:`FlipShiftScaleRotate` implements that with ``affine_grid``/``grid_sample`` and can
+move segmentation masks with the same transform.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.nn import functional as F
+
+
+class FlipShiftScaleRotate:
+    """Random horizontal flip and random shift-scale-rotate, decided per image.
+
+    Args:
+        flip_probability: Probability of a horizontal flip (0.25 in paper 2).
+        affine_probability: Probability of a shift-scale-rotate (0.25 in paper 2).
+        shift_limit: Maximum shift as a fraction of the width/height.
+        scale_limit: Scale factor drawn from [1 - scale_limit, 1 + scale_limit].
+        rotate_limit: Maximum rotation in degrees (either direction).
+        padding_mode: ``grid_sample`` padding for pixels from outside the image ("reflection", "border", "zeros").
+
+    Call:
+        ``augment(images, generator)`` -> images, or ``augment(images, generator, masks)`` -> (images, masks).
+        ``images``: float (N, C, H, W); ``masks``: float or bool (N, H, W) or (N, 1, H, W), moved with the same
+        transform by nearest-neighbour sampling. Inputs are not modified.
+    """
+
+    def __init__(self, flip_probability: float = 0.25, affine_probability: float = 0.25, shift_limit: float = 0.0625,
+                 scale_limit: float = 0.1, rotate_limit: float = 45.0, padding_mode: str = "reflection"):
+        for name, value in (("flip_probability", flip_probability), ("affine_probability", affine_probability)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+        if shift_limit < 0 or not 0 <= scale_limit < 1 or rotate_limit < 0:
+            raise ValueError(f"need shift_limit >= 0, 0 <= scale_limit < 1, rotate_limit >= 0; got {shift_limit}, "
+                             f"{scale_limit}, {rotate_limit}")
+        if padding_mode not in ("reflection", "border", "zeros"):
+            raise ValueError(f"padding_mode must be reflection, border or zeros, got {padding_mode!r}")
+        self.flip_probability, self.affine_probability = flip_probability, affine_probability
+        self.shift_limit, self.scale_limit, self.rotate_limit = shift_limit, scale_limit, rotate_limit
+        self.padding_mode = padding_mode
+
+    def __call__(self, images: torch.Tensor, generator: torch.Generator, masks: torch.Tensor | None = None):
+        if images.ndim != 4 or not images.is_floating_point():
+            raise ValueError(f"images must be float (N, C, H, W), got {images.dtype} {tuple(images.shape)}")
+        count, _, height, width = images.shape
+        mask_was_3d = masks is not None and masks.ndim == 3
+        mask_dtype = masks.dtype if masks is not None else None
+        if masks is not None:
+            masks = masks[:, None] if mask_was_3d else masks
+            if masks.shape[0] != count or masks.shape[-2:] != images.shape[-2:]:
+                raise ValueError(f"masks {tuple(masks.shape)} do not match images {tuple(images.shape)}")
+            masks = masks.float()
+        # All random draws happen on the CPU generator, whatever the device of the images.
+        flip = torch.rand(count, generator=generator) < self.flip_probability
+        affine = torch.rand(count, generator=generator) < self.affine_probability
+        angle = (torch.rand(count, generator=generator) * 2 - 1) * math.radians(self.rotate_limit)
+        scale = 1 + (torch.rand(count, generator=generator) * 2 - 1) * self.scale_limit
+        shift = (torch.rand(count, 2, generator=generator) * 2 - 1) * self.shift_limit
+        out_images = images.clone()
+        out_masks = masks.clone() if masks is not None else None
+        flip = flip.to(images.device)
+        if flip.any():
+            out_images[flip] = out_images[flip].flip(-1)
+            if out_masks is not None:
+                out_masks[flip] = out_masks[flip].flip(-1)
+        if affine.any():
+            index = affine.nonzero()[:, 0]
+            # grid_sample maps each output location to an input location: the inverse of the forward
+            # transform, i.e. rotation by -angle and scaling by 1/scale; normalised coordinates need the aspect
+            # ratio on the off-diagonal terms.
+            cosine = torch.cos(-angle[index]) / scale[index]
+            sine = torch.sin(-angle[index]) / scale[index]
+            theta = torch.zeros(index.numel(), 2, 3)
+            theta[:, 0, 0] = cosine
+            theta[:, 0, 1] = -sine * height / width
+            theta[:, 1, 0] = sine * width / height
+            theta[:, 1, 1] = cosine
+            theta[:, :, 2] = -2 * shift[index]
+            theta = theta.to(images.device, images.dtype)
+            index = index.to(images.device)
+            grid = F.affine_grid(theta, [index.numel(), images.shape[1], height, width], align_corners=False)
+            out_images[index] = F.grid_sample(out_images[index], grid, mode="bilinear",
+                                              padding_mode=self.padding_mode, align_corners=False)
+            if out_masks is not None:
+                out_masks[index] = F.grid_sample(out_masks[index], grid.to(out_masks.dtype), mode="nearest",
+                                                 padding_mode=self.padding_mode, align_corners=False)
+        if out_masks is None:
+            return out_images
+        out_masks = out_masks[:, 0] if mask_was_3d else out_masks
+        return out_images, out_masks.to(mask_dtype)
+
+
+def paper2_augmentation() -> FlipShiftScaleRotate:
+    """The augmentation of paper 2: horizontal flip p = 0.25 and shift-scale-rotate p = 0.25."""
+    return FlipShiftScaleRotate(0.25, 0.25)

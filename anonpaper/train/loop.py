@@ -1,0 +1,345 @@
+"""The generic training loop shared by the classifier, segmenter and embedding trainers.
+
+:func:`fit` runs epochs of ``step`` over the batches that ``batches(epoch, generator)`` yields, evaluates after
+every epoch, keeps the best weights by a monitored value, stops early on a plateau, and writes a checkpoint
+(:mod:`anonpaper.train.checkpoint`) after every epoch.
+
+Determinism and exact resume: at the start of every epoch the loop derives a seed from ``(seed, epoch)``, builds a
+fresh ``torch.Generator`` from it for the data order and augmentation, and reseeds PyTorch's global generator
+(used by dropout) from it. An epoch's randomness therefore depends only on the seed and the epoch index, so a run
+resumed from the checkpoint after epoch ``e`` reproduces the uninterrupted run bit for bit on CPU. On CUDA the
+loop runs the forward pass under ``torch.autocast`` (bfloat16 where supported, else float16 with a GradScaler);
+on CPU it runs in float32 without autocast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from anonpaper.runtime import content_hash, get_device
+from anonpaper.train.checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
+
+CHECKPOINT_FORMAT = "anonpaper.fit/1"
+
+
+@dataclass
+class TrainResult:
+    """What a training run returns.
+
+    Attributes:
+        model: The trained model holding the best weights (by ``monitor``), in eval mode, on the training device.
+        history: One row per epoch: ``epoch`` (1-based), ``train_loss``, every value returned by the evaluation,
+            ``lr`` and ``seconds``.
+        best_epoch: 1-based epoch whose weights ``model`` holds.
+        best_score: The monitored value at ``best_epoch``.
+        monitor: Name of the monitored column and ``mode`` ("max" or "min").
+        stopped_early: True when early stopping ended the run before ``epochs``.
+        extras: Trainer-specific objects (e.g. the ArcFace head, normalisation statistics).
+    """
+
+    model: nn.Module
+    history: pd.DataFrame
+    best_epoch: int
+    best_score: float
+    monitor: str
+    mode: str
+    stopped_early: bool
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The seed of epoch ``epoch`` (0-based) of a run with seed ``seed`` (a stable 63-bit integer)."""
+    return int(content_hash({"seed": int(seed), "epoch": int(epoch)}), 16) % (2**63 - 1)
+
+
+def move_to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor in a (nested) tuple/list/dict batch to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move_to_device(item, device) for item in batch)
+    if isinstance(batch, dict):
+        return {key: move_to_device(value, device) for key, value in batch.items()}
+    return batch
+
+
+def autocast_context(device: torch.device, enabled: bool = True):
+    """``torch.autocast`` on CUDA (bfloat16 if supported, else float16); a no-op context on CPU."""
+    if enabled and device.type == "cuda":
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.autocast(device_type="cuda", dtype=dtype)
+    return contextlib.nullcontext()
+
+
+def _state_to_cpu(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {key: value.detach().to("cpu", copy=True) for key, value in state.items()}
+
+
+def _is_better(score: float, best: float | None, mode: str) -> bool:
+    if score is None or (isinstance(score, float) and math.isnan(score)):
+        return False
+    if best is None:
+        return True
+    return score > best if mode == "max" else score < best
+
+
+def fit(model: nn.Module, *, batches: Callable[[int, torch.Generator], Iterable[Any]],
+        step: Callable[[nn.Module, Any], torch.Tensor], optimizer: torch.optim.Optimizer, epochs: int,
+        scheduler: Any = None, evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+        monitor: str = "train_loss", mode: str = "min", early_stopping_patience: int | None = None,
+        seed: int = 0, device: str | torch.device | None = None, checkpoint_path: str | Path | None = None,
+        config: Any = None, progress: bool = True, description: str = "train", amp: bool = True,
+        max_grad_norm: float | None = None,
+        on_epoch_end: Callable[[int, dict[str, float]], None] | None = None) -> TrainResult:
+    """Train ``model`` for up to ``epochs`` epochs; return it holding the best weights.
+
+    Args:
+        model: The network (may be an ``nn.ModuleDict`` holding several trained parts). Moved to ``device``.
+        batches: ``batches(epoch, generator)`` yields the training batches of 0-based epoch ``epoch``; all its
+            randomness must come from ``generator`` (a CPU ``torch.Generator``). Tensors in a batch are moved to
+            the device by the loop.
+        step: ``step(model, batch) -> loss`` (a scalar tensor); the loop does zero_grad, backward and the
+            optimiser step.
+        optimizer: Optimiser over the model's parameters (parameters keep their identity when moved).
+        epochs: Maximum number of epochs (>= 1).
+        scheduler: Optional learning-rate scheduler, stepped once per epoch.
+        evaluate: ``evaluate(model) -> {name: value}``, called in eval mode under ``torch.no_grad`` after every
+            epoch; its values become history columns.
+        monitor: Column that selects the best epoch (``"train_loss"`` or a key of ``evaluate``'s result).
+        mode: ``"max"`` if a higher monitored value is better, ``"min"`` if lower is better.
+        early_stopping_patience: Stop after this many epochs without improvement of ``monitor``; None never stops.
+        seed: Run seed (non-negative int); epoch seeds derive from it (see module docstring).
+        device: Device string/object; None uses :func:`anonpaper.runtime.get_device`.
+        checkpoint_path: File for the per-epoch checkpoint. If it exists the run resumes from it (it must come from
+            the same ``config``, epochs, seed and monitor); None disables checkpointing.
+        config: JSON-like description of everything else that determines the run (data hash, hyper-parameters);
+            hashed into the checkpoint so a checkpoint of another run is rejected rather than silently resumed.
+        progress: Show tqdm progress bars.
+        description: Label of the progress bar.
+        amp: Use autocast on CUDA (ignored on CPU).
+        max_grad_norm: Clip the global gradient norm to this value; None disables clipping.
+        on_epoch_end: Called as ``on_epoch_end(epoch, row)`` (1-based epoch) after the checkpoint is written;
+            exceptions propagate (tests use this to simulate an interruption).
+
+    Returns:
+        :class:`TrainResult`.
+
+    Raises:
+        ValueError: On invalid arguments, a monitor column that the evaluation does not produce, a non-finite
+            training loss, or a checkpoint written by a different run.
+    """
+    if not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+    if early_stopping_patience is not None and (not isinstance(early_stopping_patience, int)
+                                                or early_stopping_patience < 1):
+        raise ValueError(f"early_stopping_patience must be a positive integer or None, got {early_stopping_patience!r}")
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    device = get_device(device) if not isinstance(device, torch.device) else device
+    model.to(device)
+    use_fp16_scaler = amp and device.type == "cuda" and not torch.cuda.is_bf16_supported()
+    scaler = torch.amp.GradScaler("cuda", enabled=use_fp16_scaler) if device.type == "cuda" else None
+    run_id = content_hash({"config": config, "epochs": epochs, "seed": int(seed), "monitor": monitor, "mode": mode,
+                           "patience": early_stopping_patience})
+
+    history: list[dict[str, float]] = []
+    best_state: dict[str, torch.Tensor] | None = None
+    best_score: float | None = None
+    best_epoch = 0
+    bad_epochs = 0
+    start_epoch = 0
+    stopped_early = False
+
+    if checkpoint_path is not None:
+        state = load_checkpoint(checkpoint_path, map_location="cpu")
+        if state is not None:
+            if state.get("format") != CHECKPOINT_FORMAT or state.get("run_id") != run_id:
+                raise ValueError(f"checkpoint {checkpoint_path} belongs to another run (run id "
+                                 f"{state.get('run_id')!r}, expected {run_id!r}); delete it or pass another path")
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            if scheduler is not None and state.get("scheduler") is not None:
+                scheduler.load_state_dict(state["scheduler"])
+            if scaler is not None and state.get("scaler") is not None:
+                scaler.load_state_dict(state["scaler"])
+            history = list(state["history"])
+            best_state, best_score, best_epoch = state["best_state"], state["best_score"], state["best_epoch"]
+            bad_epochs, start_epoch, stopped_early = state["bad_epochs"], state["epoch"], state["stopped_early"]
+            restore_rng_state(state["rng"])
+
+    progress_bar = _progress_factory(progress)
+    for epoch in range(start_epoch, epochs):
+        if stopped_early:
+            break
+        started = time.perf_counter()
+        this_seed = epoch_seed(int(seed), epoch)
+        generator = torch.Generator().manual_seed(this_seed)
+        torch.manual_seed(this_seed)  # dropout and other global-RNG users in the model
+        model.train()
+        total, count = 0.0, 0
+        iterator = batches(epoch, generator)
+        bar = progress_bar(iterator, desc=f"{description} {epoch + 1}/{epochs}", leave=False,
+                           total=len(iterator) if hasattr(iterator, "__len__") else None)
+        for batch in bar:
+            batch = move_to_device(batch, device)
+            optimizer.zero_grad(set_to_none=True)
+            with autocast_context(device, amp):
+                loss = step(model, batch)
+            if not torch.isfinite(loss.detach()):
+                raise ValueError(f"non-finite training loss {loss.item()} in epoch {epoch + 1}; lower the learning "
+                                 "rate or check the inputs")
+            if scaler is not None and scaler.is_enabled():
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+                if max_grad_norm is not None:
+                    nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                if max_grad_norm is not None:
+                    nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+                optimizer.step()
+            total += float(loss.detach())
+            count += 1
+            if hasattr(bar, "set_postfix"):
+                bar.set_postfix(loss=f"{total / count:.4f}")
+        if count == 0:
+            raise ValueError(f"batches() yielded no batch in epoch {epoch + 1}; the training set is too small "
+                             "for the batch size")
+        row: dict[str, float] = {"epoch": epoch + 1, "train_loss": total / count,
+                                 "lr": float(optimizer.param_groups[0]["lr"])}
+        if evaluate is not None:
+            model.eval()
+            with torch.no_grad():
+                values = evaluate(model)
+            row.update({key: float(value) for key, value in values.items()})
+        if monitor not in row:
+            raise ValueError(f"monitor {monitor!r} is not among the epoch values {sorted(row)}")
+        if scheduler is not None:
+            scheduler.step()
+        row["seconds"] = time.perf_counter() - started
+        history.append(row)
+        if _is_better(row[monitor], best_score, mode):
+            best_score, best_epoch, bad_epochs = row[monitor], epoch + 1, 0
+            best_state = _state_to_cpu(model.state_dict())
+        else:
+            bad_epochs += 1
+            if early_stopping_patience is not None and bad_epochs >= early_stopping_patience:
+                stopped_early = True
+        if checkpoint_path is not None:
+            save_checkpoint(checkpoint_path, {
+                "format": CHECKPOINT_FORMAT, "run_id": run_id, "epoch": epoch + 1,
+                "model": _state_to_cpu(model.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict()),
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                "scaler": scaler.state_dict() if scaler is not None else None,
+                "history": history, "best_state": best_state, "best_score": best_score, "best_epoch": best_epoch,
+                "bad_epochs": bad_epochs, "stopped_early": stopped_early, "rng": capture_rng_state(),
+            })
+        if on_epoch_end is not None:
+            on_epoch_end(epoch + 1, row)
+
+    if best_state is None:
+        raise ValueError(f"no epoch produced a usable {monitor!r} value (all NaN?); history: {history}")
+    model.load_state_dict(best_state)
+    model.eval()
+    return TrainResult(model=model, history=pd.DataFrame(history), best_epoch=best_epoch,
+                       best_score=float(best_score), monitor=monitor, mode=mode, stopped_early=stopped_early)
+
+
+def _progress_factory(enabled: bool):
+    if not enabled:
+        return lambda iterable, **_: iterable
+    from tqdm.auto import tqdm
+
+    return tqdm
+
+
+def as_image_tensor(images: Any, name: str = "images") -> torch.Tensor:
+    """Images as a float32 CPU tensor (N, C, H, W); uint8 data is scaled to [0, 1]. The input is not modified.
+
+    Args:
+        images: uint8 numpy array (N, H, W) or (N, H, W, C), or a float torch tensor (N, C, H, W) (used as
+            given, normally in [0, 1]).
+        name: Argument name for error messages.
+
+    Raises:
+        ValueError: On other dtypes/shapes, empty input or non-finite float values.
+    """
+    if isinstance(images, np.ndarray):
+        if images.dtype != np.uint8:
+            raise ValueError(f"{name}: numpy images must be uint8 (N, H, W[, C]), got dtype {images.dtype}; pass "
+                             "float data as a torch tensor (N, C, H, W)")
+        if images.ndim == 3:
+            tensor = torch.from_numpy(images.copy())[:, None]
+        elif images.ndim == 4:
+            tensor = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))
+        else:
+            raise ValueError(f"{name}: uint8 images must be (N, H, W) or (N, H, W, C), got shape {images.shape}")
+        tensor = tensor.float() / 255.0
+    elif isinstance(images, torch.Tensor):
+        if not images.is_floating_point() or images.ndim != 4:
+            raise ValueError(f"{name}: tensor images must be float (N, C, H, W), got {images.dtype} "
+                             f"{tuple(images.shape)}")
+        tensor = images.detach().to("cpu", torch.float32).clone()
+        if not torch.all(torch.isfinite(tensor)):
+            raise ValueError(f"{name}: images contain NaN or infinite values")
+    else:
+        raise ValueError(f"{name}: expected a uint8 numpy array or a float torch tensor, got {type(images).__name__}")
+    if tensor.shape[0] == 0:
+        raise ValueError(f"{name}: no images (N = 0)")
+    return tensor
+
+
+def as_label_tensor(labels: Any, count: int, name: str = "labels") -> torch.Tensor:
+    """Integer labels (N,) as an int64 tensor; checks the length against ``count``."""
+    array = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels)
+    if array.ndim != 1 or array.shape[0] != count:
+        raise ValueError(f"{name}: expected shape ({count},), got {array.shape}")
+    if not np.issubdtype(array.dtype, np.integer):
+        if np.issubdtype(array.dtype, np.floating) and np.all(array == np.round(array)):
+            array = array.astype(np.int64)
+        else:
+            raise ValueError(f"{name}: expected integer labels, got dtype {array.dtype}")
+    return torch.from_numpy(array.astype(np.int64))
+
+
+def batched_forward(model: nn.Module, images: torch.Tensor, batch_size: int, device: torch.device,
+                    function: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """Apply ``function`` (default ``model``) to ``images`` in batches in eval mode without gradients.
+
+    Returns the float32 CPU concatenation of the outputs. The model's train/eval mode is restored afterwards.
+    """
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    function = function or model
+    was_training = model.training
+    model.eval()
+    outputs = []
+    try:
+        with torch.no_grad(), autocast_context(device):
+            for start in range(0, images.shape[0], batch_size):
+                outputs.append(function(images[start:start + batch_size].to(device)).float().cpu())
+    finally:
+        model.train(was_training)
+    return torch.cat(outputs)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's first parameter (CPU for a parameter-free model)."""
+    for parameter in model.parameters():
+        return parameter.device
+    return torch.device("cpu")

@@ -1,0 +1,74 @@
+"""Shared pytest fixtures: an isolated cache, and a small project (fixture notebooks + book) for the runner."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_cache(tmp_path_factory):
+    """Point the artifact cache at a temporary folder so tests never touch a user's cache."""
+    import os
+
+    previous = os.environ.get("ANONPAPER_CACHE")
+    os.environ["ANONPAPER_CACHE"] = str(tmp_path_factory.mktemp("anonpaper-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("ANONPAPER_CACHE", None)
+    else:
+        os.environ["ANONPAPER_CACHE"] = previous
+
+
+@pytest.fixture(autouse=True)
+def _skip_gpu_without_cuda(request):
+    if request.node.get_closest_marker("gpu") and not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+
+
+@pytest.fixture
+def fixture_project(tmp_path) -> Path:
+    """A project root with two fixture studies (the second depends on the first) and a minimal book."""
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    for name in ("fixture_a", "fixture_b"):
+        shutil.copy(FIXTURES / "fixture_study.ipynb", notebooks / f"{name}.ipynb")
+    (notebooks / "params.yaml").write_text(textwrap.dedent("""
+        profiles:
+          smoke: {description: "seconds"}
+          quick: {description: "minutes"}
+        studies:
+          fixture_a:
+            title: "Fixture A"
+            parameters:
+              smoke: {N_SAMPLES: 200}
+          fixture_b:
+            title: "Fixture B"
+            depends_on: [fixture_a]
+            parameters:
+              smoke: {N_SAMPLES: 300, SLEEP_SECONDS: 0.0}
+        """))
+    book = tmp_path / "book"
+    book.mkdir()
+    (book / "_config.yml").write_text(textwrap.dedent("""
+        title: Fixture book
+        only_build_toc_files: true
+        execute:
+          execute_notebooks: "off"
+        """))
+    (book / "_toc.yml").write_text(textwrap.dedent("""
+        format: jb-book
+        root: intro
+        chapters:
+          - file: chapters/fixture_a
+          - file: chapters/fixture_b
+          - file: claims_ledger
+        """))
+    (book / "intro.md").write_text("# Fixture book\n\nA book built from executed fixture notebooks.\n")
+    return tmp_path
