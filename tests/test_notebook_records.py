@@ -1,0 +1,42 @@
+"""Assertions on the smoke-profile results records written by `anonpaper reproduce --profile smoke`.
+
+Run after the notebooks (``make test`` does both): ``pytest -m notebooks``. Chapter-specific checks sit in
+``CHECKS``; every record gets the generic schema checks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from anonpaper.runner.record import read_record
+from anonpaper.runner.studies import load_registry
+
+pytestmark = pytest.mark.notebooks
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = "smoke"
+STUDIES = [study.name for study in load_registry(ROOT).ordered()]
+
+
+def _record(name: str) -> dict:
+    path = ROOT / "runs" / PROFILE / f"{name}.json"
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run `anonpaper reproduce --profile {PROFILE}` first")
+    return read_record(path)
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_record_is_complete(name):
+    record = _record(name)
+    assert record["status"] == "ok", record.get("error")
+    assert record["profile"] == PROFILE and record["seed"] is not None
+    assert record["metrics"], "a chapter records metrics"
+    assert record["environment"]["versions"]["anonpaper"]
+    for claim in record["claims"]:
+        assert claim["holds"] in (True, False, None)
+        assert claim["ours"] is not None, f"claim {claim['id']} has no measured value"
+
+
+def test_book_was_built():
+    assert (ROOT / "runs" / PROFILE / "book" / "_build" / "html" / "index.html").is_file()

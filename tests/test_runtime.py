@@ -1,0 +1,138 @@
+"""Runtime helpers: seeding, device choice, hashing, the artifact cache, checkpoints, the Cohort base."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from anonpaper.data.cohort import Cohort, dr_grade_to_3class
+from anonpaper.data.splits import patient_split
+from anonpaper.runner.cache import ArtifactCache, atomic_write_bytes
+from anonpaper.runtime import content_hash, get_device, seed_everything
+from anonpaper.train.checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
+
+pytestmark = pytest.mark.unit
+
+
+def test_seed_everything_makes_global_draws_repeat():
+    seed_everything(3)
+    first = (np.random.rand(3), torch.rand(3))
+    seed_everything(3)
+    second = (np.random.rand(3), torch.rand(3))
+    assert np.array_equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    with pytest.raises(ValueError, match="non-negative integer"):
+        seed_everything(-1)
+
+
+def test_get_device_respects_environment(monkeypatch):
+    monkeypatch.setenv("ANONPAPER_DEVICE", "cpu")
+    assert get_device().type == "cpu"
+    monkeypatch.setenv("ANONPAPER_DEVICE", "not-a-device")
+    with pytest.raises(ValueError, match="invalid device"):
+        get_device()
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            get_device("cuda")
+
+
+def test_content_hash_is_order_independent_and_content_sensitive():
+    assert content_hash({"a": 1, "b": [1, 2]}) == content_hash({"b": [1, 2], "a": 1})
+    assert content_hash({"a": 1}) != content_hash({"a": 2})
+    assert content_hash(np.zeros(3)) != content_hash(np.ones(3))
+    with pytest.raises(TypeError):
+        content_hash(object())
+
+
+def test_cache_builds_once_then_loads(tmp_path):
+    cache = ArtifactCache("unit", root=tmp_path)
+    calls = []
+
+    def build():
+        calls.append(1)
+        return {"weights": torch.arange(3)}
+
+    first = cache.get_or_create({"config": 1}, build)
+    second = cache.get_or_create({"config": 1}, build)
+    assert len(calls) == 1 and torch.equal(first["weights"], second["weights"])
+    cache.get_or_create({"config": 2}, build)
+    assert len(calls) == 2
+    assert not list(tmp_path.rglob("*.tmp")), "no temporary files are left behind"
+    with pytest.raises(ValueError, match="plain folder name"):
+        ArtifactCache("../escape", root=tmp_path)
+
+
+def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):
+    target = tmp_path / "file.bin"
+    atomic_write_bytes(target, b"old")
+    import os
+
+    def broken_replace(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        atomic_write_bytes(target, b"new")
+    assert target.read_bytes() == b"old" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_checkpoint_round_trip_restores_rng(tmp_path):
+    assert load_checkpoint(tmp_path / "none.pt") is None
+    seed_everything(0)
+    state = capture_rng_state()
+    expected = torch.rand(2)
+    save_checkpoint(tmp_path / "ckpt.pt", {"rng": state, "step": 5})
+    torch.rand(10)
+    loaded = load_checkpoint(tmp_path / "ckpt.pt")
+    restore_rng_state(loaded["rng"])
+    assert loaded["step"] == 5 and torch.equal(torch.rand(2), expected)
+    (tmp_path / "bad.pt").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="bad.pt"):
+        load_checkpoint(tmp_path / "bad.pt")
+
+
+class _TinyCohort(Cohort):
+    modality = "fundus"
+
+    def _read_image(self, row):
+        return np.full((4, 4, 3), int(row["value"]), dtype=np.uint8)
+
+
+def _table(**extra):
+    table = pd.DataFrame({"image_id": ["a", "b", "c"], "patient_id": ["p1", "p1", "p2"],
+                          "split": ["train", "train", "test"], "value": [1, 2, 3]})
+    return table.assign(**extra)
+
+
+def test_cohort_subset_split_and_stack():
+    cohort = _TinyCohort("tiny", _table())
+    assert len(cohort.split("train")) == 2
+    assert cohort.subset([2]).image(0)[0, 0, 0] == 3
+    assert cohort.load_images().shape == (3, 4, 4, 3)
+    with pytest.raises(IndexError, match="out of range"):
+        cohort.image(3)
+    with pytest.raises(KeyError, match="no mask"):
+        cohort.mask(0, "vessel")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"image_id": ["a", "a", "c"]}, "duplicate image_id"),
+    ({"split": ["train", "test", "test"]}, "more than one split"),
+    ({"split": ["train", "train", "holdout"]}, "split values"),
+    ({"sex": ["F", "X", "M"]}, "sex values"),
+])
+def test_cohort_table_validation_names_the_problem(change, message):
+    with pytest.raises(ValueError, match=message):
+        _TinyCohort("tiny", _table(**change))
+
+
+def test_dr_grade_mapping_and_patient_split():
+    assert list(dr_grade_to_3class(np.arange(5))) == [0, 1, 1, 1, 2]
+    with pytest.raises(ValueError, match="0..4"):
+        dr_grade_to_3class(5)
+    table = pd.DataFrame({"patient_id": np.repeat(np.arange(100), 3), "sex": np.repeat(["F", "M"] * 50, 3)})
+    split = patient_split(table, stratify="sex", seed=0)
+    assert (table.assign(split=split).groupby("patient_id")["split"].nunique() == 1).all()
+    assert split.value_counts().to_dict() == {"train": 210, "test": 60, "val": 30}
+    assert split.equals(patient_split(table, stratify="sex", seed=0))

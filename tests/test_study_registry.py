@@ -1,0 +1,40 @@
+"""The real project's study registry and book agree, and every notebook is clean and well-formed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from anonpaper.runner.book import toc_chapters
+from anonpaper.runner.studies import load_registry
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_toc_chapters_are_exactly_the_registered_studies():
+    registry = load_registry(ROOT)
+    assert toc_chapters(ROOT / "book" / "_toc.yml") == [study.name for study in registry.ordered()]
+
+
+@pytest.mark.parametrize("study", load_registry(ROOT).ordered(), ids=lambda study: study.name)
+def test_notebook_is_clean_and_parameterized(study):
+    notebook = json.loads(study.notebook.read_text())
+    code_cells = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    assert not any(cell.get("outputs") for cell in code_cells), "source notebooks are stored without outputs"
+    tagged = [cell for cell in code_cells if "parameters" in cell.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
+    defaults = study.notebook_parameters()
+    assert "SEED" in defaults
+    for profile in registry_profiles():
+        unknown = set(study.parameters(profile)) - set(defaults)
+        assert not unknown, f"params.yaml sets unknown parameters {unknown} for {study.name} at {profile}"
+    first_code = "".join(code_cells[0]["source"]) if code_cells else ""
+    assert "print_config" in first_code or "print_config" in "".join(code_cells[1]["source"]), \
+        "an early cell prints versions, git SHA and device"
+
+
+def registry_profiles():
+    return list(load_registry(ROOT).profiles)
