@@ -106,7 +106,12 @@ def _cmd_data_check(args) -> int:
 def _cmd_anonymize(args) -> int:
     from anonpaper.methods.folder import anonymize_folder
 
-    anonymize_folder(args.method, Path(args.input), Path(args.output), options=_options(args.option),
+    options = _options(args.option)
+    if args.replace_fraction is not None:
+        if "p" in options:
+            raise UsageError("give the fraction once: --p or -o p, not both")
+        options["p"] = args.replace_fraction
+    anonymize_folder(args.method, Path(args.input), Path(args.output), options=options,
                      progress=not args.quiet)
     return 0
 
@@ -172,8 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("method", help="method name, e.g. snow or vs-snow")
     p.add_argument("--in", dest="input", required=True, help="folder of input images")
     p.add_argument("--out", dest="output", required=True, help="output folder (must not be the input)")
+    p.add_argument("--p", dest="replace_fraction", type=float, default=None,
+                   help="fraction of pixels replaced (Snow, VS-Snow); same as -o p VALUE")
     p.add_argument("-o", "--option", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                   help="method option, e.g. -o p 0.3")
+                   help="method option, e.g. -o seed 3 or -o masks DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_anonymize)
     return parser

@@ -29,8 +29,9 @@ def _check_uint8_image(image: np.ndarray, name: str = "image", channels: tuple[i
         if 1 not in channels:
             raise ValueError(f"{name} must have {channels} channel(s), got a 2-D grayscale array {image.shape}")
     elif image.ndim == 3:
-        if image.shape[2] not in channels or image.shape[2] == 1 and 1 not in channels:
-            raise ValueError(f"{name} must be (H, W) or (H, W, C) with C in {channels}, got shape {image.shape}")
+        if image.shape[2] not in channels:
+            raise ValueError(f"{name} must be (H, W) or (H, W, C) with channel count C in {channels}, "
+                             f"got shape {image.shape}")
     else:
         raise ValueError(f"{name} must be (H, W) or (H, W, C), got shape {image.shape}")
     if min(image.shape[:2]) < 8:
@@ -152,16 +153,20 @@ def fundus_fov_mask(image: np.ndarray, threshold: float | None = None) -> np.nda
     return ndimage.binary_fill_holes(mask)
 
 
-def detect_fundus_fov(image: np.ndarray, threshold: float | None = None) -> FieldOfView:
+def detect_fundus_fov(image: np.ndarray, threshold: float | None = None, work_size: int | None = 512) -> FieldOfView:
     """Find the circular field of view of a fundus photograph.
 
     A circle is fitted (algebraic least squares) to the leftmost and rightmost mask pixel of every row, leaving
     out points on the image border (where the image, not the disc, ends). Those points stay on the circle even when
-    the camera truncated the disc at the top and bottom.
+    the camera truncated the disc at the top and bottom. If the disc spans the whole width, the top and bottom
+    pixels of every column are used instead.
 
     Args:
         image: uint8 (H, W, 3) or (H, W).
         threshold: See :func:`fundus_fov_mask`.
+        work_size: Detect on a copy shrunk so its longer side is at most this (area interpolation), then map the
+            circle back: about 10x faster on 2000-4000 px photographs, at a cost well under a pixel of the
+            shrunk copy. None works at full resolution.
 
     Returns:
         The :class:`FieldOfView` (centre and radius in pixels of ``image``).
@@ -169,6 +174,18 @@ def detect_fundus_fov(image: np.ndarray, threshold: float | None = None) -> Fiel
     Raises:
         ValueError: When the mask is too small or its boundary cannot be fitted by a circle.
     """
+    _check_uint8_image(image, "fundus image")
+    if work_size is not None and max(image.shape[:2]) > work_size:
+        scale = work_size / max(image.shape[:2])
+        shrunk = cv2.resize(image, (max(8, round(image.shape[1] * scale)), max(8, round(image.shape[0] * scale))),
+                            interpolation=cv2.INTER_AREA)
+        small = detect_fundus_fov(shrunk, threshold, work_size=None)
+        scale_row, scale_col = image.shape[0] / shrunk.shape[0], image.shape[1] / shrunk.shape[1]
+        mask = cv2.resize(small.mask.astype(np.uint8), (image.shape[1], image.shape[0]),
+                          interpolation=cv2.INTER_NEAREST).astype(bool)
+        # pixel-centre convention of cv2.resize: x_full = (x_small + 0.5) * scale - 0.5
+        return FieldOfView((small.center_row + 0.5) * scale_row - 0.5, (small.center_col + 0.5) * scale_col - 0.5,
+                           small.radius * (scale_row + scale_col) / 2, mask)
     mask = fundus_fov_mask(image, threshold)
     height, width = mask.shape
     rows = np.flatnonzero(mask.any(axis=1))
@@ -181,7 +198,17 @@ def detect_fundus_fov(image: np.ndarray, threshold: float | None = None) -> Fiel
     inside = (points_col > 0) & (points_col < width - 1)
     points_row, points_col = points_row[inside], points_col[inside]
     if len(points_row) < 8:
-        raise ValueError("field of view touches the left and right image borders; cannot fit its circle")
+        # The disc spans the full width (a tight crop): fit the top and bottom edges of each column instead.
+        cols = np.flatnonzero(mask.any(axis=0))
+        tops = mask[:, cols].argmax(axis=0)
+        bottoms = height - 1 - mask[::-1, cols].argmax(axis=0)
+        points_col = np.concatenate([cols, cols]).astype(float)
+        points_row = np.concatenate([tops - 0.5, bottoms + 0.5]).astype(float)
+        inside = (points_row > 0) & (points_row < height - 1)
+        points_row, points_col = points_row[inside], points_col[inside]
+    if len(points_row) < 8:
+        raise ValueError(f"field of view fills the {height}x{width} image (no dark border on any side); cannot fit "
+                         f"its circle: the image is probably already cropped, use it as is")
     # Kasa fit: x^2 + y^2 + D x + E y + F = 0 in the least-squares sense.
     design = np.stack([points_col, points_row, np.ones_like(points_col)], axis=1)
     target = -(points_col ** 2 + points_row ** 2)
@@ -230,7 +257,7 @@ def crop_fundus(image: np.ndarray, size: int | None = 256, masks: dict[str, np.n
 def cxr_content_box(image: np.ndarray, flat_std: float = 2.0, extreme_margin: int = 10) -> CropBox:
     """Bounding box of a chest radiograph's content, dropping uniform black or white border rows/columns.
 
-    A border row/column is removed while it is nearly constant (standard deviation < ``flat_std``) and nearly
+    A border row/column (within what is left) is removed while it is nearly constant (standard deviation < ``flat_std``) and nearly
     black or white (mean within ``extreme_margin`` of 0 or 255): the padding and collimator edges scanners add.
 
     Args:
@@ -242,15 +269,27 @@ def cxr_content_box(image: np.ndarray, flat_std: float = 2.0, extreme_margin: in
     _check_uint8_image(image, "chest X-ray")
     gray = image.mean(axis=2) if image.ndim == 3 else image.astype(float)
 
-    def is_border(lines: np.ndarray) -> np.ndarray:
-        means, stds = lines.mean(axis=1), lines.std(axis=1)
-        return (stds < flat_std) & ((means <= extreme_margin) | (means >= 255 - extreme_margin))
+    def is_border(line: np.ndarray) -> bool:
+        mean = float(line.mean())
+        return float(line.std()) < flat_std and (mean <= extreme_margin or mean >= 255 - extreme_margin)
 
-    row_border, col_border = is_border(gray), is_border(gray.T)
-    keep_rows, keep_cols = np.flatnonzero(~row_border), np.flatnonzero(~col_border)
-    if len(keep_rows) == 0 or len(keep_cols) == 0:
+    # Peel one uniform line at a time from whichever side has one, judging each line only inside the box left so
+    # far: a black band at the top and a white band at the right are both removed even though the top rows
+    # contain both colours.
+    top, bottom, left, right = 0, gray.shape[0], 0, gray.shape[1]
+    changed = True
+    while changed and bottom > top and right > left:
+        changed = False
+        if bottom > top and is_border(gray[top, left:right]):
+            top, changed = top + 1, True
+        if bottom > top and is_border(gray[bottom - 1, left:right]):
+            bottom, changed = bottom - 1, True
+        if right > left and bottom > top and is_border(gray[top:bottom, left]):
+            left, changed = left + 1, True
+        if right > left and bottom > top and is_border(gray[top:bottom, right - 1]):
+            right, changed = right - 1, True
+    if bottom <= top or right <= left:
         raise ValueError(f"chest X-ray of shape {image.shape} is entirely uniform border; nothing to crop")
-    top, bottom, left, right = keep_rows[0], keep_rows[-1] + 1, keep_cols[0], keep_cols[-1] + 1
     return CropBox(int(top), int(left), int(bottom - top), int(right - left))
 
 

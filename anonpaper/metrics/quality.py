@@ -13,6 +13,7 @@ inputs).
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -111,7 +112,8 @@ def ssim(first: torch.Tensor, second: torch.Tensor, reduction: str = "mean") -> 
     Matches ``skimage.metrics.structural_similarity(a, b, data_range=1, gaussian_weights=True, sigma=1.5,
     use_sample_covariance=False, channel_axis=...)``: local statistics over the valid window positions (scikit-image
     filters the whole image and crops the 5-pixel border, the same positions), the SSIM map averaged over pixels and
-    channels. Computed in float64 internally.
+    channels. Computed in the input's dtype: float64 inputs agree with scikit-image to about 1e-15, float32 inputs
+    to about 1e-6 (variance = E[x^2] - E[x]^2 loses digits in float32) and run 3-10x faster on CPU.
 
     Args:
         first: ``(N, C, H, W)`` float in ``[0, 1]``, ``H, W >= 11``.
@@ -122,17 +124,20 @@ def ssim(first: torch.Tensor, second: torch.Tensor, reduction: str = "mean") -> 
         Values in ``[-1, 1]``; higher is more similar; 1 for identical images. Symmetric.
     """
     first, second = check_image_pair(first, second, min_size=SSIM_WINDOW)
-    x, y = first.double(), second.double()
-    window = _gaussian_window(SSIM_WINDOW, SSIM_SIGMA, torch.float64, x.device)
-    mean_x, mean_y = _separable_filter(x, window), _separable_filter(y, window)
-    variance_x = _separable_filter(x * x, window) - mean_x**2
-    variance_y = _separable_filter(y * y, window) - mean_y**2
-    covariance = _separable_filter(x * y, window) - mean_x * mean_y
+    x, y = first, second
+    channels = x.shape[1]
+    window = _gaussian_window(SSIM_WINDOW, SSIM_SIGMA, x.dtype, x.device)
+    # One grouped convolution for all five local moments.
+    moments = _separable_filter(torch.cat([x, y, x * x, y * y, x * y], dim=1), window)
+    mean_x, mean_y, square_x, square_y, product = moments.split(channels, dim=1)
+    variance_x = square_x - mean_x**2
+    variance_y = square_y - mean_y**2
+    covariance = product - mean_x * mean_y
     c1, c2 = SSIM_K1**2, SSIM_K2**2
     ssim_map = ((2 * mean_x * mean_y + c1) * (2 * covariance + c2)) / (
         (mean_x**2 + mean_y**2 + c1) * (variance_x + variance_y + c2)
     )
-    return _reduce(ssim_map.flatten(1).mean(dim=1).to(first.dtype), reduction)
+    return _reduce(ssim_map.flatten(1).mean(dim=1), reduction)
 
 
 def iw_ssim(
@@ -143,8 +148,8 @@ def iw_ssim(
     piq's defaults (11x11 Gaussian window, 5 scales with weights 0.0448/0.2856/0.3001/0.2363/0.1333) need images of
     at least ``10 * 2**(scales - 1) + 1`` pixels a side (161 for 5 scales). For smaller images pass fewer
     ``scales``: the first ``scales`` weights are used, renormalised to sum to 1 (piq normalises them). RGB inputs are
-    reduced to the Y channel of YIQ by piq. Computed in float64 because piq's information-content matrices are
-    ill-conditioned in float32 on flat images.
+    reduced to the Y channel of YIQ by piq. Computed in the input's dtype, like piq: float32 is
+    about 5x faster, float64 inputs give float64 results (the two differ by about 1e-4).
 
     Args:
         first: ``(N, C, H, W)`` float in ``[0, 1]``, ``C`` in {1, 3}.
@@ -156,7 +161,8 @@ def iw_ssim(
         Values at most 1; higher is more similar; 1 for identical images. Symmetric up to floating error.
 
     Raises:
-        ValueError: On invalid inputs, ``scales`` outside 1..5 or images too small for ``scales``.
+        ValueError: On invalid inputs, ``scales`` outside 1..5, images too small for ``scales``, or images without
+            content (e.g. constant), where piq's information-content matrix is singular.
     """
     import piq
 
@@ -170,12 +176,18 @@ def iw_ssim(
             f"iw_ssim: expected height and width >= {min_size} for {scales} scales, observed "
             f"{first.shape[2]}x{first.shape[3]}; pass fewer scales"
         )
-    weights = torch.tensor(IW_SSIM_SCALE_WEIGHTS[:scales], dtype=torch.float64, device=first.device)
-    values = piq.information_weighted_ssim(
-        first.double().clamp(0, 1), second.double().clamp(0, 1), data_range=1.0, scale_weights=weights,
-        reduction="none",
-    )
-    return _reduce(values.to(first.dtype), reduction)
+    weights = torch.tensor(IW_SSIM_SCALE_WEIGHTS[:scales], dtype=first.dtype, device=first.device)
+    try:
+        # clamp: check_images allows 1e-6 of float slack outside [0, 1]; piq does not
+        values = piq.information_weighted_ssim(
+            first.clamp(0, 1), second.clamp(0, 1), data_range=1.0, scale_weights=weights, reduction="none"
+        )
+    except RuntimeError as error:  # torch.linalg errors on singular information-content matrices
+        raise ValueError(
+            f"iw_ssim: expected images with texture at every scale, observed a singular information-content "
+            f"matrix (flat image?): {error}"
+        ) from None
+    return _reduce(values, reduction)
 
 
 FeatureTaps = Callable[[torch.Tensor], Sequence[torch.Tensor]]
@@ -194,8 +206,10 @@ def feature_tap_distance(
     ``d_l = mean_{h,w} (1 - cos(f_l(x)[:, :, h, w], f_l(y)[:, :, h, w]))`` (cosine along channels), and the
     distance is ``mean_l d_l``. This is paper 1's domain LPIPS (``LPIPS_vessel`` / ``LPIPS_lesion``) when
     ``feature_taps`` is a segmentation U-Net's ``forward_features`` returning its 8 taps (4 encoder outputs after
-    downsampling, 4 decoder outputs after upsampling). A zero feature vector has cosine 0 with everything (the norm
-    gets 1e-10 added, as in LPIPS' normalisation), so a location where both are zero counts as distance 1.
+    downsampling, 4 decoder outputs after upsampling). The per-location term is computed as
+    ``0.5 * ||u - v||^2`` with ``u, v`` the channel vectors divided by (norm + 1e-10), as in LPIPS' normalisation:
+    it equals ``1 - cos`` for non-zero vectors and is 0 where both vectors are zero (ReLU taps often are), so
+    identical inputs give exactly 0.
 
     Gradients flow through (usable as a training loss); wrap in ``torch.no_grad()`` for evaluation.
 
@@ -230,8 +244,8 @@ def feature_tap_distance(
             )
         unit_first = tap_first / (tap_first.norm(dim=1, keepdim=True) + 1e-10)
         unit_second = tap_second / (tap_second.norm(dim=1, keepdim=True) + 1e-10)
-        cosine = (unit_first * unit_second).sum(dim=1)
-        per_layer.append((1.0 - cosine).flatten(1).mean(dim=1))
+        cosine_distance = 0.5 * (unit_first - unit_second).pow(2).sum(dim=1)
+        per_layer.append(cosine_distance.flatten(1).mean(dim=1))
     return _reduce(torch.stack(per_layer, dim=0).mean(dim=0), reduction)
 
 
@@ -295,7 +309,9 @@ def load_lpips(weights_path: str | Path, net: str = "alex") -> torch.nn.Module:
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
     # pnet_rand=True builds the backbone without torchvision's download; the heads load from the package.
-    model = lpips.LPIPS(net=net, pretrained=True, pnet_rand=True, verbose=False)
+    with warnings.catch_warnings():  # torchvision's 'pretrained' deprecation notice, triggered inside lpips
+        warnings.simplefilter("ignore", UserWarning)
+        model = lpips.LPIPS(net=net, pretrained=True, pnet_rand=True, verbose=False)
     remapped = {}
     for name, _ in model.net.named_parameters():
         slice_name, layer_index, kind = name.split(".")
@@ -336,8 +352,8 @@ class PairedImageMetric:
     """Accumulates a paired per-image metric over batches (e.g. for a data loader loop).
 
     Args:
-        metric: One of this module's functions taking ``(first, second, reduction="none")`` (extra keyword
-            arguments go in ``kwargs``).
+        metric: A paired metric taking ``(first, second, reduction="none")`` and returning one value per image
+            (tensor or numpy array), e.g. :func:`ssim` or :func:`anonpaper.metrics.fs_sift`.
         **kwargs: Passed to ``metric`` on every update.
 
     Example:
@@ -356,7 +372,10 @@ class PairedImageMetric:
 
     def update(self, first: torch.Tensor, second: torch.Tensor) -> None:
         """Add one batch of image pairs."""
-        self._values.append(self.metric(first, second, reduction="none", **self.kwargs).detach().cpu())
+        values = self.metric(first, second, reduction="none", **self.kwargs)
+        # some metrics (fs_sift) return numpy arrays per image; keep everything as CPU float64 tensors
+        values = values.detach().cpu() if isinstance(values, torch.Tensor) else torch.as_tensor(values)
+        self._values.append(values.to(torch.float64).reshape(-1))
 
     @property
     def count(self) -> int:

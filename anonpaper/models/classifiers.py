@@ -234,7 +234,8 @@ def grad_cam(model: nn.Module, images: torch.Tensor, target=None, layer: nn.Modu
     try:
         classes = _targets(model, images, target)
         with torch.enable_grad():
-            logits = model(images.detach())
+            # The input requires grad so that the graph reaches layers that have no parameters upstream.
+            logits = model(images.detach().clone().requires_grad_(True))
             activation = captured.get("activation")
             if activation is None or activation.ndim != 4:
                 raise ValueError("the Grad-CAM layer must run in the forward pass and output (N, K, h, w), got "

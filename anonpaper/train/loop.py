@@ -100,7 +100,7 @@ def fit(model: nn.Module, *, batches: Callable[[int, torch.Generator], Iterable[
         monitor: str = "train_loss", mode: str = "min", early_stopping_patience: int | None = None,
         seed: int = 0, device: str | torch.device | None = None, checkpoint_path: str | Path | None = None,
         config: Any = None, progress: bool = True, description: str = "train", amp: bool = True,
-        max_grad_norm: float | None = None,
+        max_grad_norm: float | None = None, batches_per_epoch: int | None = None,
         on_epoch_end: Callable[[int, dict[str, float]], None] | None = None) -> TrainResult:
     """Train ``model`` for up to ``epochs`` epochs; return it holding the best weights.
 
@@ -129,6 +129,8 @@ def fit(model: nn.Module, *, batches: Callable[[int, torch.Generator], Iterable[
         description: Label of the progress bar.
         amp: Use autocast on CUDA (ignored on CPU).
         max_grad_norm: Clip the global gradient norm to this value; None disables clipping.
+        batches_per_epoch: Number of batches per epoch, only for the progress bar's total (None: unknown, or
+            ``len()`` of what ``batches`` returns if it has one).
         on_epoch_end: Called as ``on_epoch_end(epoch, row)`` (1-based epoch) after the checkpoint is written;
             exceptions propagate (tests use this to simulate an interruption).
 
@@ -192,7 +194,7 @@ def fit(model: nn.Module, *, batches: Callable[[int, torch.Generator], Iterable[
         total, count = 0.0, 0
         iterator = batches(epoch, generator)
         bar = progress_bar(iterator, desc=f"{description} {epoch + 1}/{epochs}", leave=False,
-                           total=len(iterator) if hasattr(iterator, "__len__") else None)
+                           total=len(iterator) if hasattr(iterator, "__len__") else batches_per_epoch)
         for batch in bar:
             batch = move_to_device(batch, device)
             optimizer.zero_grad(set_to_none=True)

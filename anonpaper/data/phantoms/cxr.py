@@ -15,7 +15,7 @@ irregularities, clavicle angles, spine position and scoliosis, heart size/shape/
 (a random branching tree per lung), body habitus (soft-tissue width), breast shadows (sex F), gastric bubble, sex,
 age.
 
-Per image: rotation (+-4 degrees), scale (+-5 %), translation (+-4 % of the width), inspiration depth (diaphragm
+Per image: rotation (+-3 degrees), scale (+-5 %), translation (+-3 % of the width), inspiration depth (diaphragm
 height), exposure gamma, window/contrast, detector blur and noise, collimation borders, "L"/"R" marker and a
 "PORTABLE" label on some AP views, support devices (endotracheal tube, central line, nasogastric tube, ECG leads,
 pacemaker) and findings.
@@ -36,7 +36,7 @@ GMIA filter (>= 20 images per patient) leaves a usable cohort.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ import cv2
 import numpy as np
 import pandas as pd
 
-from anonpaper.data.cohort import Cohort
+from anonpaper.data.cohort import SPLITS, Cohort
 from anonpaper.data.phantoms.drawing import (LRUCache, blob_polygon, derive_seed, draw_polyline, fill_polygon,
                                              gaussian_blur, smooth_noise, to_uint8)
 from anonpaper.data.splits import patient_split
@@ -74,7 +74,8 @@ class CXRPhantomConfig:
         frequent_fraction: Fraction of patients with >= 20 images (when ``images_per_patient`` is None).
         max_images: Largest number of images of one patient (>= 20 when frequent patients are wanted).
         prevalence: Stationary per-image prevalence of each finding (keys from ``FINDINGS``; missing keys use
-            the defaults).
+            the defaults); cardiomegaly is a patient trait, so its value is the fraction of PATIENTS (its image
+            fraction then depends on how many images the affected patients have).
         persistence: Markov persistence in [0, 1) of findings between consecutive studies of a patient
             (0 = independent images).
         uncertain_labels: If True, write -1 (uncertain, as CheXpert) for some subtle positives and a few negatives.
@@ -146,19 +147,20 @@ def _patient_anatomy(patient_seed: int, cardiomegaly: bool, sex: str) -> dict[st
     male = sex == "M"
     anatomy: dict[str, Any] = {
         "midline": rng.uniform(-0.015, 0.015),
-        "y_apex": rng.uniform(0.10, 0.16),
-        "w_lat": rng.uniform(0.31, 0.37) + (0.015 if male else -0.01),
+        "y_apex": rng.uniform(0.09, 0.17),
+        "w_lat": rng.uniform(0.29, 0.38) + (0.015 if male else -0.01),
         "p_lat": rng.uniform(0.4, 0.75),
         "t_max": rng.uniform(0.72, 0.92),
         "cp_inset": rng.uniform(0.01, 0.035),
-        "y_cp": rng.uniform(0.70, 0.79),
+        "y_cp": rng.uniform(0.68, 0.81),
         "left_lower": rng.uniform(0.0, 0.03),  # left hemidiaphragm usually lower than the right
         "dome": rng.uniform(0.03, 0.065),
         "m_apex": rng.uniform(0.04, 0.06),
         "m_base": rng.uniform(0.05, 0.08),
         "bow": rng.uniform(0.0, 0.02),
         "lat_wobble": (rng.uniform(-0.025, 0.025, 4), rng.uniform(0, 2 * np.pi, 4)),
-        "body_fat": rng.uniform(0.03, 0.12),
+        "body_fat": rng.uniform(0.03, 0.14),
+        "tissue_seed": int(rng.integers(0, 2 ** 62)),  # low-frequency soft-tissue thickness (shift-robust identity)
         "shoulder": rng.uniform(0.06, 0.12),
         "rib_spacing": rng.uniform(0.05, 0.068),
         "rib_start": rng.uniform(-0.03, 0.0),
@@ -174,7 +176,7 @@ def _patient_anatomy(patient_seed: int, cardiomegaly: bool, sex: str) -> dict[st
         "scoliosis": (rng.uniform(-0.02, 0.02), rng.uniform(0.5, 2.0), rng.uniform(0, 2 * np.pi)),
         "ctr": rng.uniform(*(CTR_CARDIOMEGALY if cardiomegaly else CTR_NORMAL)),
         "heart_shift": rng.uniform(0.2, 0.4),
-        "heart_aspect": rng.uniform(0.7, 0.9),
+        "heart_aspect": rng.uniform(0.75, 0.95),
         "heart_skew": rng.uniform(-0.15, 0.15),
         "aortic_knob": rng.uniform(0.015, 0.03),
         "bubble": (rng.uniform(0.12, 0.2), rng.uniform(0.03, 0.06)),
@@ -272,6 +274,7 @@ class _PatientLayers:
                          [0.5 + 0.1, 0.05], [0.5 + 0.09, -0.05]])
         body[:, 0] += a["midline"]
         self.body = gaussian_blur(fill_polygon(shape, body * scale, antialias=True), 0.01 * size)
+        self.body *= 1 + 0.12 * smooth_noise(np.random.default_rng(a["tissue_seed"]), shape, 3, octaves=2)
         # Bones: ribs (posterior, brighter; anterior, fainter), clavicles, spine.
         bones = np.zeros(shape, np.float32)
         rib_width = a["rib_width"] * scale
@@ -282,15 +285,15 @@ class _PatientLayers:
                 u = np.linspace(0.03, a["w_lat"] + 0.015, 20)
                 y = y_k - 0.25 * u + curvature * u ** 2
                 points = np.stack([_side_x(side, u, a["midline"]), y], axis=1) * scale
-                draw_polyline(bones, points, 0.55, rib_width)
+                draw_polyline(bones, points, 0.14, rib_width)
                 # Anterior rib: from the lateral wall down towards the sternum, fainter and thinner.
                 u_ant = np.linspace(a["w_lat"] - 0.01, 0.08, 12)
                 y_ant = (y + 0)[-1] + a["ant_slope"] * (a["w_lat"] - u_ant) ** 1.2
                 points = np.stack([_side_x(side, u_ant, a["midline"]), y_ant], axis=1) * scale
-                draw_polyline(bones, points, 0.22, 0.8 * rib_width)
+                draw_polyline(bones, points, 0.06, 0.8 * rib_width)
             u = np.linspace(0.035, 0.035 + a["clavicle_len"], 14)
             y = a["clavicle_y"] - a["clavicle_angle"] * (u - 0.035) + 0.25 * (u - 0.035) ** 2 * 4
-            draw_polyline(bones, np.stack([_side_x(side, u, a["midline"]), y], axis=1) * scale, 0.7, 1.3 * rib_width)
+            draw_polyline(bones, np.stack([_side_x(side, u, a["midline"]), y], axis=1) * scale, 0.2, 1.3 * rib_width)
         y_spine = np.linspace(0.0, 1.0, 24)
         offset, frequency, phase = a["scoliosis"]
         x_spine = 0.5 + a["midline"] + offset * np.sin(frequency * np.pi * y_spine + phase)
@@ -299,7 +302,7 @@ class _PatientLayers:
         # Vertebral bodies: periodic disc spaces (darker) along the spine.
         rows = np.arange(size, dtype=np.float32) / scale
         discs = 0.75 + 0.25 * np.cos(2 * np.pi * (rows - a["y_apex"]) / (0.9 * a["rib_spacing"])) ** 8
-        self.bones = bones + 0.28 * spine * (1 - 0.4 * (discs[:, None] - 0.75) / 0.25)
+        self.bones = gaussian_blur(bones, 0.002 * size) + 0.14 * spine * (1 - 0.4 * (discs[:, None] - 0.75) / 0.25)
         # Trachea: an air column down to the carina.
         trachea = np.zeros(shape, np.float32)
         draw_polyline(trachea, np.array([[x_spine[0], 0.0], [0.5 + a["midline"], 0.3]]) * scale, 1.0,
@@ -386,7 +389,7 @@ def render_cxr(anatomy: dict[str, Any], layers: _PatientLayers, row: dict[str, A
     atelectasis_side = int(row["_atelectasis_side"])
     polygons, levels = {}, {}
     for side in (-1, 1):
-        raise_by = 0.035 * float(row["_atelectasis_severity"]) if side == atelectasis_side else 0.0
+        raise_by = 0.05 * float(row["_atelectasis_severity"]) if side == atelectasis_side else 0.0
         polygons[side], levels[side] = _lung_polygon(anatomy, side, inspiration, raise_by)
     lung_field = fill_polygon(shape, [polygons[-1] * scale, polygons[1] * scale]) > 0
     # Heart: width = CTR x thorax width, centred right of the midline, resting on the left hemidiaphragm.
@@ -397,7 +400,7 @@ def render_cxr(anatomy: dict[str, Any], layers: _PatientLayers, row: dict[str, A
     center_x = 0.5 * (thorax_left + thorax_right) + anatomy["heart_shift"] * half_width
     bottom = levels[1]["y_med"] + 0.01
     half_height = half_width * anatomy["heart_aspect"]
-    center_y = bottom - 0.55 * half_height
+    center_y = bottom - 0.7 * half_height
     t = np.linspace(0, 2 * np.pi, 48, endpoint=False)
     heart_outline = np.stack([center_x + half_width * np.cos(t),
                               center_y + half_height * np.sin(t) * (1 + anatomy["heart_skew"] * np.cos(t))], 1)
@@ -423,47 +426,47 @@ def render_cxr(anatomy: dict[str, Any], layers: _PatientLayers, row: dict[str, A
         fluid = np.zeros(shape, np.float32)
         for side in sides:
             lv = levels[side]
-            height = (lv["y_cp"] - lv["y_apex"]) * (0.08 + 0.3 * severity)
+            height = (lv["y_cp"] - lv["y_apex"]) * (0.12 + 0.33 * severity)
             u = np.abs(columns - 0.5 - anatomy["midline"])
             on_side = (columns - 0.5 - anatomy["midline"]) * side > 0
-            level = lv["y_cp"] - height * (0.25 + 0.75 * np.clip(u / lv["u_max"], 0, 1) ** 3)
+            level = lv["y_cp"] - height * (0.5 + 0.5 * np.clip(u / lv["u_max"], 0, 1) ** 2)  # meniscus
             fluid += ((layers.rows[:, None] > level[None, :]) & on_side[None, :]).astype(np.float32)
         effusion = (fluid > 0) & lungs
         soft = gaussian_blur(effusion.astype(np.float32), 0.008 * size)
-        depth = np.clip((layers.rows[:, None] - 0.55) * 2.0, 0.3, 1.0)
-        attenuation_extra += (0.22 + 0.12 * severity) * soft * depth
+        attenuation_extra += (0.27 + 0.08 * severity) * soft
     # Lung opacity / consolidation: textured blobs inside the lungs.
     opacity = empty
     if row["true_lung_opacity"]:
         severity = float(row["_opacity_severity"])
         blobs = np.zeros(shape, np.float32)
+        # Centres are drawn among lung-field pixels (away from the heart), so the mask is never empty.
+        candidates = np.flatnonzero(lungs)
         for _ in range(int(rng.integers(1, 3))):
-            side = int(rng.choice([-1, 1]))
-            u0 = rng.uniform(0.12, 0.27)
-            y0 = rng.uniform(0.25, 0.62)
-            radius = rng.uniform(0.045, 0.085) * (0.7 + 0.6 * severity)
-            polygon = blob_polygon(rng, (_side_x(side, np.array(u0), anatomy["midline"]) * scale, y0 * scale),
+            center_y, center_x = np.divmod(int(candidates[rng.integers(len(candidates))]), size)
+            radius = rng.uniform(0.06, 0.1) * (0.7 + 0.6 * severity)
+            polygon = blob_polygon(rng, (center_x + 0.5, center_y + 0.5),
                                    (radius * scale, radius * rng.uniform(0.7, 1.3) * scale),
                                    rng.uniform(0, np.pi), roughness=0.35)
             fill_polygon(shape, polygon, 1.0, out=blobs)
         opacity = (blobs > 0) & lungs
         texture = 0.75 + 0.25 * smooth_noise(rng, shape, 12)
         soft = gaussian_blur(opacity.astype(np.float32), 0.012 * size)
-        attenuation_extra += (0.13 + 0.12 * severity) * soft * texture
+        attenuation_extra += (0.22 + 0.14 * severity) * soft * texture
     # Atelectasis: plate-like band in a lower zone, plus the raised hemidiaphragm drawn above.
     atelectasis = empty
     if row["true_atelectasis"]:
         severity = float(row["_atelectasis_severity"])
         side = atelectasis_side
         lv = levels[side]
-        y0 = lv["y_cp"] - rng.uniform(0.06, 0.14)
-        u = np.linspace(0.08, lv["u_max"] * 0.95, 10)
+        # Anchor the band above the dome at mid-lung so it crosses aerated lung.
+        y0 = float(_diaphragm_y(lv, anatomy, np.array(0.6 * lv["u_max"]))) - rng.uniform(0.04, 0.1)
+        u = np.linspace(0.12, lv["u_max"] * 0.95, 10)
         y = y0 + rng.uniform(-0.1, 0.1) * (u - u[0]) + 0.01 * np.sin(rng.uniform(3, 8) * u)
         band = np.zeros(shape, np.float32)
         draw_polyline(band, np.stack([_side_x(side, u, anatomy["midline"]), y], 1) * scale, 1.0,
-                      (0.012 + 0.018 * severity) * scale)
+                      (0.018 + 0.02 * severity) * scale)
         atelectasis = (band > 0.5) & lungs
-        attenuation_extra += (0.2 + 0.1 * severity) * gaussian_blur(atelectasis.astype(np.float32), 0.004 * size)
+        attenuation_extra += (0.26 + 0.1 * severity) * gaussian_blur(atelectasis.astype(np.float32), 0.004 * size)
     # Support devices: radio-opaque lines, electrodes, generator.
     devices = np.zeros(shape, np.float32)
     if row["true_support_devices"]:
@@ -480,7 +483,7 @@ def render_cxr(anatomy: dict[str, Any], layers: _PatientLayers, row: dict[str, A
     lung_soft = gaussian_blur((lungs_with_heart & ~heart_full).astype(np.float32), 0.006 * size)
     attenuation = 0.5 * density * layers.body
     attenuation -= 0.36 * lung_soft
-    attenuation += lung_soft * 0.18 * layers.markings
+    attenuation += lung_soft * 0.3 * layers.markings
     attenuation += 0.08 * gaussian_blur(heart.astype(np.float32), 0.004 * size)
     attenuation += layers.bones * layers.body
     attenuation -= 0.12 * layers.trachea
@@ -607,14 +610,14 @@ def build_cxr_table(config: CXRPhantomConfig) -> pd.DataFrame:
                 "days_since_first": int(days[study]),
                 "image_size": config.image_size,
                 "image_seed": image_seed,
-                "rotation_deg": float(4.0 * variation * irng.uniform(-1, 1)),
+                "rotation_deg": float(3.0 * variation * irng.uniform(-1, 1)),
                 "scale": float(1 + 0.05 * variation * irng.uniform(-1, 1)),
-                "shift_x": float(0.04 * variation * irng.uniform(-1, 1)),
-                "shift_y": float(0.04 * variation * irng.uniform(-1, 1)),
+                "shift_x": float(0.03 * variation * irng.uniform(-1, 1)),
+                "shift_y": float(0.03 * variation * irng.uniform(-1, 1)),
                 "inspiration": float(1 + 0.07 * variation * irng.uniform(-1, 0.6)),
                 "gamma": float(np.exp(0.2 * variation * irng.uniform(-1, 1))),
                 "window_low": window_low,
-                "window_high": float(0.78 + 0.1 * variation * irng.uniform(-1, 1)),
+                "window_high": float(0.74 + 0.08 * variation * irng.uniform(-1, 1)),
                 "blur_px": float(0.6 + 0.5 * variation * irng.random()),
                 "noise_sigma": float(0.01 + 0.02 * variation * irng.random()),
                 "collimation": collimation,
@@ -662,14 +665,14 @@ class CXRPhantomCohort(Cohort):
         self.config = config or CXRPhantomConfig()
         super().__init__(name, build_cxr_table(self.config))
         self._render_cache = LRUCache(self.config.cache_size)
-        self._layer_cache = LRUCache(max(4, min(64, self.config.cache_size)))
+        self._patient_cache = LRUCache(max(4, min(64, self.config.cache_size)))
 
     def _patient(self, row: pd.Series) -> tuple[dict[str, Any], _PatientLayers]:
         patient_index = int(str(row["patient_id"]).rsplit("p", 1)[1])
         patient_seed = derive_seed(self.config.seed, "cxr-patient", patient_index)
         anatomy = _patient_anatomy(patient_seed, bool(row["true_cardiomegaly"]), str(row["sex"]))
         size = self.config.image_size
-        layers = self._layer_cache.get((patient_seed, size), lambda: _PatientLayers(anatomy, size))
+        layers = self._patient_cache.get((patient_seed, size), lambda: _PatientLayers(anatomy, size))
         return anatomy, layers
 
     def _render(self, row: pd.Series) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -711,7 +714,8 @@ def cxr_statistics(cohort: CXRPhantomCohort) -> pd.DataFrame:
         DataFrame indexed by statistic name with one column per split plus ``all`` (values are floats/counts).
     """
     table = cohort.table
-    groups = {"all": table, **{name: part for name, part in table.groupby("split")}}
+    # Every split gets a column (empty splits give counts 0 and NaN statistics).
+    groups = {"all": table, **{name: table[table["split"] == name] for name in SPLITS}}
     stats: dict[str, dict[str, float]] = {}
     for name, part in groups.items():
         per_patient = part.groupby("patient_id").size()

@@ -14,11 +14,11 @@ inferiorly.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
-from scipy.signal import lfilter
 
 MICROMETRES_PER_UNIT = 6250.0  # half of a 12.5 mm field
 ARTERY, VEIN = 0, 1
@@ -40,6 +40,7 @@ class PatientTraits:
         disc_scale: Multiplier of the optic disc size.
         tessellation: Visibility of the choroidal (tessellated) pattern, >= 0.
         pigmentation: Fundus darkness, 0 (light) to 1 (dark).
+        lesion_counts: Number of lesions of each of LESION_TYPES (see :func:`lesion_counts_for_grade`).
     """
 
     sex: str
@@ -52,6 +53,7 @@ class PatientTraits:
     disc_scale: float
     tessellation: float
     pigmentation: float
+    lesion_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LESION_TYPES, 0))
 
 
 @dataclass
@@ -143,19 +145,18 @@ DISC_HORIZONTAL_DIAMETER_MM = 1.5
 ARTERY_TRUNK_UM = 130.0  # temporal arcade artery near the disc
 VEIN_TRUNK_UM = 175.0  # temporal arcade vein near the disc (artery/vein ratio about 0.74)
 NASAL_TRUNK_FRACTION = 0.72  # nasal arcade trunks are thinner than temporal ones
-MIN_DIAMETER_UM = 24.0  # growth stops below this calibre (capillaries are not drawn)
+MIN_DIAMETER_UM = 20.0  # growth stops below this calibre (capillaries are not drawn)
 STEP = 0.012  # growth step along a vessel
 FOV_GROWTH_LIMIT = 1.12  # vessels grow a little beyond the field so poses never show a vessel ending at the rim
 FAZ_RADIUS = 0.05  # foveal avascular zone (about 0.3 mm)
 MEAN_BIFURCATION_ANGLE = 75.0
 
 
+_AR_KERNEL = 0.75 ** np.arange(10)  # truncated AR(1) impulse response: smooth, correlated turning
+
+
 def _um(value: float) -> float:
     return value / MICROMETRES_PER_UNIT
-
-
-def _wrap(angle: np.ndarray | float) -> np.ndarray | float:
-    return (angle + np.pi) % (2 * np.pi) - np.pi
 
 
 class _TreeBuilder:
@@ -192,7 +193,7 @@ class _TreeBuilder:
         """A meandering polyline: heading increments are AR(1) noise, so curvature is smooth (tortuosity)."""
         count = max(2, int(np.ceil(length / STEP)))
         noise = self.rng.normal(0.0, self.heading_noise[kind], count)
-        turn = lfilter([1.0], [1.0, -0.75], noise) * 0.5
+        turn = np.convolve(noise, _AR_KERNEL)[:count] * 0.5
         headings = heading + np.cumsum(turn)
         steps = STEP * np.stack([np.cos(headings), np.sin(headings)], axis=1)
         points = np.vstack([start, start + np.cumsum(steps, axis=0)])
@@ -253,35 +254,45 @@ class _TreeBuilder:
         travelled = 0.0
         side_toggle = 1.0
         d0 = diameter
-        while d0 >= self.min_diameter * 1.5:
-            segment_length = self.rng.uniform(0.08, 0.16)
+        while d0 >= self.min_diameter * 1.5 and travelled < 2.2:
+            segment_length = self.rng.uniform(0.1, 0.2)
             count = max(2, int(np.ceil(segment_length / STEP)))
-            points = [point]
-            for _ in range(count):
+            noise = self.rng.normal(0, self.heading_noise[kind], count).tolist()
+            # Plain-float loop: steering depends on the current position, so it cannot be vectorised, and
+            # Python floats are far cheaper than tiny numpy arrays here.
+            px, py = float(point[0]), float(point[1])
+            fx, fy = float(self.fovea[0]), float(self.fovea[1])
+            xs, ys = [px], [py]
+            for jitter in noise:
                 if temporal:
-                    offset = point - self.fovea
-                    radius = np.hypot(*offset) + 1e-9
-                    radial = offset / radius
-                    tangent = np.array([radial[1], -radial[0]]) if superior else np.array([-radial[1], radial[0]])
-                    # Pull back toward the arcade circle around the fovea.
-                    desired = tangent - 1.2 * (radius - arc_radius) / arc_radius * radial
-                    target = np.arctan2(desired[1], desired[0])
+                    ox, oy = px - fx, py - fy
+                    radius = math.hypot(ox, oy) + 1e-9
+                    rx, ry = ox / radius, oy / radius
+                    tx, ty = (ry, -rx) if superior else (-ry, rx)
+                    # Pull toward a circle around the fovea that widens once the arcade has passed above or
+                    # below it, so the trunk leaves the field temporally instead of orbiting the macula.
+                    target_radius = arc_radius + 0.6 * max(0.0, travelled - 0.7)
+                    pull_in = 1.2 * (radius - target_radius) / arc_radius
+                    target = math.atan2(ty - pull_in * ry, tx - pull_in * rx)
                     pull = 0.25 if travelled > 0.08 else 0.05  # leave the disc vertically first
                 else:
                     target = heading
                     pull = 0.05
-                heading = heading + pull * _wrap(target - heading) + self.rng.normal(0, self.heading_noise[kind])
-                point = point + STEP * np.array([np.cos(heading), np.sin(heading)])
+                heading = heading + pull * ((target - heading + math.pi) % (2 * math.pi) - math.pi) + jitter
+                px += STEP * math.cos(heading)
+                py += STEP * math.sin(heading)
                 travelled += STEP
-                points.append(point)
-            polyline = np.array(points)
+                xs.append(px)
+                ys.append(py)
+            point = np.array([px, py])
+            polyline = np.column_stack([xs, ys])
             stop = self._stop_index(polyline)
             if stop is not None:
                 self._add_segment(polyline[:stop + 1], d0, kind)
                 return
             self._add_segment(polyline, d0, kind)
             # A side branch: strongly asymmetric split, the trunk keeps its course.
-            asymmetry = self.rng.uniform(0.35, 0.8)
+            asymmetry = self.rng.uniform(0.25, 0.65)
             d1, d2, theta1, theta2, total = self._split(d0, asymmetry, kind)
             if d2 >= self.min_diameter:
                 self._add_bifurcation(point, d0, d1, d2, total, kind)
@@ -338,9 +349,7 @@ def find_crossings(tree: VesselTree, min_diameter: float, grid: int = 512) -> np
     count, _, _, centroids = cv2.connectedComponentsWithStats(overlap, connectivity=8)
     if count <= 1:
         return np.zeros((0, 2))
-    points = centroids[1:] / scale - FOV_GROWTH_LIMIT
-    # Exclude the disc itself, where all trunks start together.
-    return points
+    return centroids[1:] / scale - FOV_GROWTH_LIMIT
 
 
 def _sample_positions(rng: np.random.Generator, count: int, fovea: np.ndarray, disc: np.ndarray,
@@ -384,10 +393,10 @@ def lesion_counts_for_grade(rng: np.random.Generator, grade: int) -> dict[str, i
     return counts
 
 
-def make_lesions(rng: np.random.Generator, grade: int, fovea: np.ndarray, disc: np.ndarray, disc_radius: float,
+def make_lesions(rng: np.random.Generator, counts: dict[str, int], fovea: np.ndarray, disc: np.ndarray,
+                 disc_radius: float,
                  tree: VesselTree) -> Lesions:
-    """Place the lesions of one eye for its DR grade."""
-    counts = lesion_counts_for_grade(rng, grade)
+    """Place the lesions of one eye (counts per type from :func:`lesion_counts_for_grade`)."""
     n = counts["microaneurysm"]
     # Microaneurysms: < 125 um across.
     microaneurysms = np.column_stack([_sample_positions(rng, n, fovea, disc, disc_radius),
@@ -453,10 +462,10 @@ def make_texture(rng: np.random.Generator, traits: PatientTraits, fovea: np.ndar
     axis = np.linspace(-TEXTURE_EXTENT, TEXTURE_EXTENT, size, dtype=np.float32)
     xx, yy = np.meshgrid(axis, axis)
     coarse = smooth_noise(rng, (size, size), cells=4, octaves=2)
-    fine = smooth_noise(rng, (size, size), cells=18, octaves=2, persistence=0.6)
+    fine = smooth_noise(rng, (size, size), cells=26, octaves=1)
     # Choroidal interstices: thin dark ridges where band-pass noise crosses zero.
-    ridges = np.exp(-(fine / 0.35) ** 2)
-    tess = traits.tessellation * ridges
+    ridges = np.exp(-(fine / 0.25) ** 2)
+    tess = 0.45 * traits.tessellation * ridges
     macula = np.exp(-((xx - fovea[0]) ** 2 + (yy - fovea[1]) ** 2) / (2 * 0.11 ** 2))
     texture = np.empty((size, size, 3), np.float32)
     channel_darkening = (0.25, 0.55, 0.6)  # pigment absorbs green/blue more than red
@@ -467,7 +476,8 @@ def make_texture(rng: np.random.Generator, traits: PatientTraits, fovea: np.ndar
     return np.clip(texture, 0.02, 1.2)
 
 
-def make_anatomy(seed: int, traits: PatientTraits, length_ratio: tuple[float, float] = (9.0, 18.0)) -> PatientAnatomy:
+def make_anatomy(seed: int, traits: PatientTraits,
+                 length_ratio: tuple[float, float] = (16.0, 32.0)) -> PatientAnatomy:
     """Generate a patient's anatomy (canonical right-eye frame) from a seed and latent traits.
 
     Args:
@@ -489,9 +499,10 @@ def make_anatomy(seed: int, traits: PatientTraits, length_ratio: tuple[float, fl
     tree = _TreeBuilder(rng, disc_center, fovea, traits, length_ratio).build()
     tree.crossings = find_crossings(tree, min_diameter=_um(50))
     if len(tree.crossings):
+        # Drop the disc itself, where all trunks start together (not crossings in the anatomical sense).
         far = np.hypot(*(tree.crossings - disc_center).T) > 1.2 * disc_axes[1]
         tree.crossings = tree.crossings[far]
-    lesions = make_lesions(rng, traits.dr_grade, fovea, disc_center, float(disc_axes.mean()), tree)
+    lesions = make_lesions(rng, traits.lesion_counts, fovea, disc_center, float(disc_axes.mean()), tree)
     texture = make_texture(rng, traits, fovea)
     base = np.array([0.86, 0.40, 0.17]) * rng.uniform(0.95, 1.05, 3)
     return PatientAnatomy(traits=traits, disc_center=disc_center, disc_axes=disc_axes,

@@ -19,14 +19,22 @@ import pandas as pd
 
 from anonpaper.data.cohort import Cohort
 from anonpaper.data.manifests import Manifest, load_manifest
-from anonpaper.data.splits import apply_protocol, assert_no_patient_leakage
+from anonpaper.data.splits import apply_protocol, assert_no_patient_leakage, patient_split
 
 ON_ERROR = ("skip", "raise")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".gif")
 
 
 class DataError(ValueError):
-    """A problem with a user's copy of a dataset (names the file and what was expected vs found)."""
+    """A problem with a user's copy of a dataset (names the file and what was expected vs found).
+
+    Attributes:
+        kind: Problem category (see :class:`Problem`), "structure" for a missing label file or column.
+    """
+
+    def __init__(self, message: str, kind: str = "structure"):
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass
@@ -62,7 +70,7 @@ class ProblemLog:
         problem = Problem(kind, message, None if record is None else str(record), file)
         if self.on_error == "raise":
             where = f" [{problem.file or problem.record}]" if (problem.file or problem.record) else ""
-            raise DataError(f"{kind}{where}: {message}")
+            raise DataError(f"{kind}{where}: {message}", kind)
         self.problems.append(problem)
 
     def frame(self) -> pd.DataFrame:
@@ -105,19 +113,20 @@ def _to_uint8_channels(array: np.ndarray, channels: int, where: str) -> np.ndarr
     if channels == 3:
         if array.ndim == 3 and array.shape[2] == 4:
             if array[..., 3].min() < 255:
-                raise DataError(f"{where}: RGBA image with transparency; expected 3-channel RGB")
+                raise DataError(f"{where}: RGBA image with transparency; expected 3-channel RGB", "wrong_channels")
             array = array[..., :3]
         if array.ndim != 3 or array.shape[2] != 3:
             found = 1 if array.ndim == 2 else array.shape[2]
             raise DataError(f"{where}: {found}-channel image, expected 3-channel RGB (wrong modality or channel "
-                            f"count)")
+                            f"count)", "wrong_channels")
         return np.ascontiguousarray(array)
     if array.ndim == 3:
         if array.shape[2] == 4:
             array = array[..., :3]
         if array.shape[2] != 3 or not (np.array_equal(array[..., 0], array[..., 1])
                                        and np.array_equal(array[..., 0], array[..., 2])):
-            raise DataError(f"{where}: colour image ({array.shape[2]} channels differing), expected grayscale")
+            raise DataError(f"{where}: colour image ({array.shape[2]} channels differing), expected grayscale",
+                            "wrong_channels")
         array = array[..., 0]
     return np.ascontiguousarray(array)
 
@@ -142,9 +151,9 @@ def read_image_file(path: Path, channels: int = 3, allow_16bit: bool = False, la
 
     where = label or str(path)
     if not path.is_file():
-        raise DataError(f"{where}: file not found")
+        raise DataError(f"{where}: file not found", "missing_file")
     if path.stat().st_size == 0:
-        raise DataError(f"{where}: zero-byte file")
+        raise DataError(f"{where}: zero-byte file", "zero_byte")
     try:
         with Image.open(path) as handle:
             handle.load()  # forces a full decode: truncated files raise here
@@ -160,21 +169,20 @@ def read_image_file(path: Path, channels: int = 3, allow_16bit: bool = False, la
                 mode = "RGB"
             array = np.array(handle)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
-        raise DataError(f"{where}: corrupt or unreadable image ({type(error).__name__}: {error})") from error
+        raise DataError(f"{where}: corrupt or unreadable image ({type(error).__name__}: {error})",
+                        "corrupt_image") from error
     if array.dtype == bool:
         array = array.astype(np.uint8) * 255
     if array.dtype != np.uint8:
         if array.dtype in (np.uint16, np.int32, np.int16) or mode.startswith("I"):
             if not allow_16bit:
                 raise DataError(f"{where}: {array.dtype} (16-bit) image, mode {mode!r}; expected 8-bit. "
-                                f"Pass allow_16bit=True to map it to 8 bits")
+                                f"Pass allow_16bit=True to map it to 8 bits", "16bit")
             if array.min() < 0 or array.max() > 65535:
-                raise DataError(f"{where}: 16-bit image values outside 0..65535")
+                raise DataError(f"{where}: 16-bit image values outside 0..65535", "16bit")
             array = np.round(array.astype(np.float64) / 257.0).astype(np.uint8)
         else:
-            raise DataError(f"{where}: unsupported pixel type {array.dtype} (mode {mode!r})")
-    if array.ndim == 2 and mode == "LA":
-        pass
+            raise DataError(f"{where}: unsupported pixel type {array.dtype} (mode {mode!r})", "unsupported_pixels")
     if array.ndim == 3 and array.shape[2] == 2:  # LA: gray + alpha
         array = array[..., 0]
     return _to_uint8_channels(array, channels, where)
@@ -186,9 +194,9 @@ def read_mask_file(path: Path, label: str | None = None) -> np.ndarray:
 
     where = label or str(path)
     if not path.is_file():
-        raise DataError(f"{where}: mask file not found")
+        raise DataError(f"{where}: mask file not found", "missing_file")
     if path.stat().st_size == 0:
-        raise DataError(f"{where}: zero-byte mask file")
+        raise DataError(f"{where}: zero-byte mask file", "zero_byte")
     try:
         with Image.open(path) as handle:
             handle.load()
@@ -196,7 +204,8 @@ def read_mask_file(path: Path, label: str | None = None) -> np.ndarray:
                 handle = handle.convert("L")
             array = np.array(handle)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
-        raise DataError(f"{where}: corrupt or unreadable mask ({type(error).__name__}: {error})") from error
+        raise DataError(f"{where}: corrupt or unreadable mask ({type(error).__name__}: {error})",
+                        "corrupt_image") from error
     return array.any(axis=2) if array.ndim == 3 else array > 0
 
 
@@ -271,15 +280,16 @@ def drop_missing_files(table: pd.DataFrame, root: Path, log: ProblemLog,
     for column in columns:
         if column not in table.columns:
             continue
+        what = "image" if column == "path" else column.replace("mask_", "mask ")
         for position, (image_id, relative) in enumerate(zip(table["image_id"], table[column])):
             if not keep[position] or not isinstance(relative, str):
                 continue
             path = root / relative
             if not path.is_file():
-                log.add("missing_file", f"{column} file not found", record=image_id, file=relative)
+                log.add("missing_file", f"{what} file not found", record=image_id, file=relative)
                 keep[position] = False
             elif path.stat().st_size == 0:
-                log.add("zero_byte", f"{column} file is empty (0 bytes)", record=image_id, file=relative)
+                log.add("zero_byte", f"{what} file is empty (0 bytes)", record=image_id, file=relative)
                 keep[position] = False
     return table[keep]
 
@@ -396,12 +406,26 @@ def build_cohort(name: str, table: pd.DataFrame, root: Path | None, log: Problem
     for description, predicate in filters or []:
         table = table[predicate(table).to_numpy(dtype=bool)]
         survival.append((description, len(table)))
-    protocol_name = protocol or manifest.default_protocol
-    if protocol_name not in manifest.split_protocols:
-        raise ValueError(f"dataset {name!r} has no split protocol {protocol_name!r}; "
-                         f"known: {sorted(manifest.split_protocols)}")
+    if isinstance(protocol, dict):
+        protocol_name, spec = protocol.get("name", "custom"), protocol
+    else:
+        protocol_name = protocol or manifest.default_protocol
+        if protocol_name not in manifest.split_protocols:
+            raise ValueError(f"dataset {name!r} has no split protocol {protocol_name!r}; "
+                             f"known: {sorted(manifest.split_protocols)}")
+        spec = manifest.split_protocols[protocol_name]
     table = table.reset_index(drop=True)
-    split = apply_protocol(table, manifest.split_protocols[protocol_name], seed)
+    if table.empty:
+        raise DataError(f"dataset {name!r}: no usable records left before splitting (see the problems listed)",
+                        "empty")
+    split = apply_protocol(table, spec, seed)
+    if spec["kind"] == "image_counts_keep_ratio":
+        # Image-level protocol (paper 5, iris): the same subject is in several splits, which the Cohort's
+        # patient-level invariant forbids in ``split``. Keep it in ``split_within_subject`` and give ``split`` a
+        # patient-level split of the same proportions, stratified by the same label.
+        counts = np.asarray(spec["counts"], dtype=float)
+        table = table.assign(split_within_subject=split)[split.notna().to_numpy()].reset_index(drop=True)
+        split = patient_split(table, tuple(counts / counts.sum()), spec.get("stratify"), seed)
     table = table.assign(split=split)
     table = table[table["split"].notna()].reset_index(drop=True)
     survival.append((f"in split protocol {protocol_name!r}", len(table)))
@@ -419,3 +443,47 @@ def require_root(name: str, root: Path | None) -> Path:
     if not root.is_dir():
         raise FileNotFoundError(f"dataset {name!r}: root {root} is not a folder")
     return root
+
+
+@dataclass
+class Parsed:
+    """What a dataset parser returns: label rows in the common schema plus file paths, and pre-split filters.
+
+    Attributes:
+        table: Rows with image_id, patient_id, source, path (relative to root), optional mask_<name> paths,
+            schema label columns, and ``official_split`` where the dataset has one.
+        mask_names: Names of the masks (columns ``mask_<name>``).
+        filters: (description, predicate) pairs applied before splitting, e.g. quality filtering.
+    """
+
+    table: pd.DataFrame
+    mask_names: tuple[str, ...] = ()
+    filters: list = field(default_factory=list)
+
+
+def load_real(name: str, parser: Callable[..., Parsed], root: Path | None, *, protocol: str | None = None,
+              seed: int = 0, image_size: int | None = None, on_error: str = "skip", allow_16bit: bool = False,
+              check_files: bool = True, survival: list | None = None, **parse_options) -> RealCohort:
+    """Run ``parser`` on ``root`` and turn its rows into a split :class:`RealCohort` (see :func:`build_cohort`)."""
+    root = require_root(name, root)
+    log = ProblemLog(on_error)
+    parsed = parser(root, log, **parse_options)
+    return build_cohort(name, parsed.table, root, log, protocol=protocol, seed=seed, image_size=image_size,
+                        allow_16bit=allow_16bit, mask_columns=parsed.mask_names, check_files=check_files,
+                        filters=parsed.filters, survival=survival)
+
+
+def first_existing(root: Path, candidates: Iterable[str], what: str) -> str:
+    """The first of ``candidates`` (relative paths) that exists under ``root``; DataError listing them otherwise."""
+    candidates = list(candidates)
+    for candidate in candidates:
+        if (root / candidate).exists():
+            return candidate
+    raise DataError(f"no {what} under {root}: looked for {candidates}")
+
+
+def list_images(root: Path, folder: str) -> list[str]:
+    """Image files (by suffix) directly in ``root/folder``, as sorted paths relative to ``root``."""
+    directory = root / folder
+    return sorted(str(path.relative_to(root)) for path in directory.iterdir()
+                  if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES)

@@ -23,7 +23,7 @@ class StyleLayout:
     """Names and sizes of the style layers, in synthesis order.
 
     Attributes:
-        names: Layer names, e.g. ``("b4.conv1", "b4.torgb", "b8.conv0", ...)`` or ``("L0", ..., "torgb")``.
+        names: Layer names, e.g. ``("b4_conv1", "b4_torgb", "b8_conv0", ...)`` or ``("L0", ..., "torgb")``.
         sizes: Channels per layer.
     """
 
@@ -204,3 +204,19 @@ def style_statistics(generator, num_samples: int = 1000, batch_size: int = 64, s
     mean, std = mean.float(), variance.sqrt().float()
     return {"mean": mean, "std": std, "mean_codes": template.with_flat(mean[None]),
             "std_codes": template.with_flat(std[None]), "layout": template.layout, "num_samples": count}
+
+
+def codes_statistics(codes: StyleCodes) -> dict:
+    """Per-channel mean and standard deviation (float64 accumulation) of a batch of codes, e.g. the S codes of
+    projected real images ("over the data"); same keys as :func:`style_statistics`.
+
+    Raises:
+        ValueError: If the batch has fewer than two codes.
+    """
+    if codes.batch_size < 2:
+        raise ValueError(f"codes_statistics needs at least 2 codes, got {codes.batch_size}")
+    flat = codes.flatten().detach().double()
+    mean, std = flat.mean(dim=0).float(), flat.std(dim=0).float()
+    template = codes.detach().select(slice(0, 1))
+    return {"mean": mean, "std": std, "mean_codes": template.with_flat(mean[None]),
+            "std_codes": template.with_flat(std[None]), "layout": codes.layout, "num_samples": codes.batch_size}

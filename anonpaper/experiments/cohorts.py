@@ -1,0 +1,205 @@
+"""The cohort chapter's checks: is identity matchable, are the attributes learnable, and how much do vessels carry?
+
+These are the measurements that make a phantom cohort worth experimenting on: the anonymization papers need
+identity to be recoverable from raw images (otherwise there is nothing to protect) and the medical labels to be
+learnable (otherwise there is no utility to keep).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import cv2
+import numpy as np
+import pandas as pd
+import torch
+
+from anonpaper.data.cohort import Cohort
+from anonpaper.metrics.classification import accuracy, auroc, balanced_accuracy, macro_f1
+from anonpaper.metrics.identity import fs_sift, verification_auc
+from anonpaper.metrics._validation import images_from_uint8
+from anonpaper.runtime import get_device
+
+
+def identity_pairs(patient_ids: np.ndarray, n_pairs: int, seed: int) -> pd.DataFrame:
+    """Draw image pairs, half from the same patient (two different images), half from different patients.
+
+    Args:
+        patient_ids: (N,) patient of each image.
+        n_pairs: Total pairs wanted; the same-patient half is capped by how many such pairs exist.
+        seed: Seed of the draw.
+
+    Returns:
+        DataFrame with columns first, second (row positions) and same (bool).
+
+    Raises:
+        ValueError: If no patient has two images or fewer than two patients exist.
+    """
+    patient_ids = np.asarray(patient_ids)
+    rng = np.random.default_rng(seed)
+    groups = [np.flatnonzero(patient_ids == patient) for patient in np.unique(patient_ids)]
+    multi = [group for group in groups if len(group) >= 2]
+    if not multi or len(groups) < 2:
+        raise ValueError(f"need >= 2 patients and one with >= 2 images; got {len(groups)} patients, "
+                         f"{len(multi)} with several images")
+    rows = []
+    for _ in range(n_pairs // 2):
+        group = multi[rng.integers(len(multi))]
+        first, second = rng.choice(group, size=2, replace=False)
+        rows.append((first, second, True))
+    for _ in range(n_pairs - n_pairs // 2):
+        one, other = rng.choice(len(groups), size=2, replace=False)
+        rows.append((rng.choice(groups[one]), rng.choice(groups[other]), False))
+    return pd.DataFrame(rows, columns=["first", "second", "same"]).drop_duplicates(ignore_index=True)
+
+
+def identity_matching(cohort: Cohort, n_pairs: int, seed: int = 0) -> dict:
+    """How well FS_SIFT (keypoint matching on the raw images) tells same-patient pairs from different-patient ones.
+
+    Returns:
+        dict with ``auroc`` (1 = identity perfectly matchable, 0.5 = chance), ``n_same``, ``n_different``,
+        mean scores of each kind, and ``pairs`` (the DataFrame with a ``score`` column).
+    """
+    pairs = identity_pairs(cohort.table["patient_id"].to_numpy(), n_pairs, seed)
+    needed = np.unique(pairs[["first", "second"]].to_numpy())
+    images = {index: cohort.image(int(index)) for index in needed}
+    first = images_from_uint8(np.stack([images[index] for index in pairs["first"]]))
+    second = images_from_uint8(np.stack([images[index] for index in pairs["second"]]))
+    pairs["score"] = fs_sift(first, second, reduction="none")
+    same = pairs["same"].to_numpy()
+    return {"auroc": verification_auc(pairs["score"].to_numpy(), same, higher_means_same=True),
+            "n_same": int(same.sum()), "n_different": int((~same).sum()),
+            "mean_score_same": float(pairs.loc[same, "score"].mean()),
+            "mean_score_different": float(pairs.loc[~same, "score"].mean()), "pairs": pairs}
+
+
+def inpaint_vessels(images: np.ndarray, vessel_masks: np.ndarray, dilation: int = 1) -> np.ndarray:
+    """Remove the vessels: fill the (dilated) vessel mask from the surrounding retina (OpenCV Telea inpainting).
+
+    Args:
+        images: uint8 (N, H, W, 3).
+        vessel_masks: bool (N, H, W).
+        dilation: Pixels the mask grows by first, so vessel borders go too.
+
+    Returns:
+        uint8 (N, H, W, 3), a new array; the inputs are not modified.
+    """
+    if images.dtype != np.uint8 or images.ndim != 4 or vessel_masks.shape != images.shape[:3]:
+        raise ValueError(f"expected uint8 images (N, H, W, 3) and masks (N, H, W); got {images.dtype} "
+                         f"{images.shape} and {vessel_masks.shape}")
+    kernel = np.ones((2 * dilation + 1, 2 * dilation + 1), np.uint8)
+    output = np.empty_like(images)
+    for index, (image, mask) in enumerate(zip(images, vessel_masks)):
+        grown = cv2.dilate(mask.astype(np.uint8), kernel) if dilation else mask.astype(np.uint8)
+        output[index] = cv2.inpaint(image, grown, 3, cv2.INPAINT_TELEA)
+    return output
+
+
+@dataclass
+class LearnabilityResult:
+    """Test-set performance of a classifier trained from scratch on one label."""
+
+    label: str
+    accuracy: float
+    balanced_accuracy: float
+    macro_f1: float
+    auroc: float
+    chance: float
+    n_train: int
+    n_test: int
+    classes: list
+
+    def as_dict(self) -> dict:
+        return {key: value for key, value in self.__dict__.items() if key != "classes"}
+
+
+def learnability(cohort: Cohort, label: str, *, backbone: str, epochs: int, batch_size: int = 32,
+                 lr: float = 1e-3, seed: int = 0, split_column: str = "split", loss: str = "ce",
+                 transform: Callable[[Cohort, np.ndarray], np.ndarray] | None = None,
+                 images: np.ndarray | None = None, progress: bool = False) -> LearnabilityResult:
+    """Train a classifier from scratch on ``label`` (train split, model selection on val) and test it.
+
+    Args:
+        cohort: Any cohort; rows with a missing or negative (uncertain) label are dropped.
+        label: Table column to predict (strings or integers; classes are the sorted values).
+        backbone: Name for :func:`anonpaper.models.classifiers.build_classifier`.
+        epochs, batch_size, lr, seed, loss: Training settings (see :func:`anonpaper.train.classifier.train_classifier`).
+        split_column: Column with "train"/"val"/"test" (e.g. ``split_within_subject`` for identity of known
+            subjects).
+        transform: Optional ``(cohort, images) -> images`` applied to every image first (e.g. vessel removal).
+        images: Pre-loaded images of the whole cohort (N, H, W[, C]) uint8, to avoid rendering twice.
+
+    Returns:
+        LearnabilityResult; ``chance`` is the majority-class rate of the test set (accuracy of a constant guess).
+    """
+    from anonpaper.models.classifiers import build_classifier
+    from anonpaper.train.classifier import predict_proba, train_classifier
+
+    table = cohort.table
+    values = table[label]
+    keep = values.notna().to_numpy()
+    if pd.api.types.is_numeric_dtype(values):
+        keep = keep & (values.fillna(-1) >= 0).to_numpy()
+    classes = sorted(values[keep].unique().tolist())
+    if len(classes) < 2:
+        raise ValueError(f"label {label!r} has fewer than two classes in cohort {cohort.name!r}: {classes}")
+    encoded = values.map({value: position for position, value in enumerate(classes)}).to_numpy()
+    if images is None:
+        images = cohort.load_images()
+    if transform is not None:
+        images = transform(cohort, images)
+    parts = {}
+    for split in ("train", "val", "test"):
+        rows = np.flatnonzero(keep & (table[split_column].to_numpy() == split))
+        parts[split] = (images[rows], encoded[rows].astype(np.int64))
+    if min(len(parts[split][1]) for split in parts) == 0:
+        raise ValueError(f"label {label!r}: a split of {split_column!r} is empty "
+                         f"({ {split: len(part[1]) for split, part in parts.items()} })")
+    channels = 1 if images.ndim == 3 else images.shape[-1]
+    model = build_classifier(backbone, in_channels=channels, num_classes=len(classes))
+    result = train_classifier(model, parts["train"], parts["val"], epochs=epochs, batch_size=batch_size, lr=lr,
+                              loss=loss, seed=seed, device=get_device(), progress=progress)
+    probabilities = predict_proba(result.model, parts["test"][0])
+    truth = parts["test"][1]
+    predicted = probabilities.argmax(axis=1)
+    scores = probabilities[:, 1] if len(classes) == 2 else probabilities
+    present = np.unique(truth)
+    area = auroc(truth, scores) if len(present) == len(classes) else float("nan")
+    return LearnabilityResult(label=label, accuracy=accuracy(truth, predicted),
+                              balanced_accuracy=balanced_accuracy(truth, predicted), macro_f1=macro_f1(truth, predicted),
+                              auroc=area, chance=float(np.bincount(truth).max() / len(truth)),
+                              n_train=len(parts["train"][1]), n_test=len(truth), classes=classes)
+
+
+def verification_on_heldout_patients(cohort: Cohort, *, epochs: int, backbone: str = "small_cnn",
+                                     embedding_dim: int = 64, batch_size: int = 32,
+                                     seed: int = 0, n_pairs: int = 1000, progress: bool = False) -> dict:
+    """Train a metric-learning embedding on the training patients; verify pairs of held-out (test) patients.
+
+    Returns:
+        dict with ``auroc`` (same vs different held-out patients, cosine similarity; 1 = perfect
+        re-identification), ``n_train_patients``, ``n_test_patients``, ``n_pairs``.
+    """
+    from anonpaper.models.embedding import EmbeddingNet
+    from anonpaper.train.embedding import embed, train_embedding
+
+    train = cohort.split("train")
+    test = cohort.split("test")
+    train_images = train.load_images()
+    identities = pd.factorize(train.table["patient_id"])[0]
+    channels = 1 if train_images.ndim == 3 else train_images.shape[-1]
+    model = EmbeddingNet(in_channels=channels, embedding_dim=embedding_dim, backbone=backbone)
+    result = train_embedding(model, train_images, identities, epochs=epochs, batch_size=batch_size, seed=seed,
+                             device=get_device(), progress=progress)
+    embeddings = embed(result.model, test.load_images())
+    pairs = identity_pairs(test.table["patient_id"].to_numpy(), n_pairs, seed)
+    similarity = np.sum(embeddings[pairs["first"]] * embeddings[pairs["second"]], axis=1)
+    return {"auroc": verification_auc(similarity, pairs["same"].to_numpy(), higher_means_same=True),
+            "n_train_patients": int(train.table["patient_id"].nunique()),
+            "n_test_patients": int(test.table["patient_id"].nunique()), "n_pairs": len(pairs)}
+
+
+def holds_if_enough(condition: bool, n_test: int, minimum: int) -> bool | None:
+    """A claim's verdict, or None when the test set is too small to decide (e.g. at the smoke profile)."""
+    return bool(condition) if n_test >= minimum else None

@@ -1,0 +1,231 @@
+"""StyleGAN3-T synthesis network (Karras et al. 2021, "alias-free", translation-equivariant config), pure PyTorch.
+
+* Input: Fourier features with per-channel random frequencies inside a band, whose rotation/translation is
+  predicted from the first w by an affine layer initialised to the identity transform (Sec. 3.1, Appendix F).
+* ``num_layers`` modulated 3x3 conv layers, each followed by a *filtered* leaky ReLU: upsample x2 (relative to the
+  higher of the in/out sampling rates) with a Kaiser low-pass filter, apply the nonlinearity at the higher rate,
+  low-pass and downsample to the output rate (Sec. 3.2). Cutoffs grow geometrically from ``first_cutoff`` to
+  ``resolution / 2``; the last ``num_critical`` layers are critically sampled. Feature maps carry a margin of
+  ``margin_size`` pixels that the last two layers crop away.
+* Activations are normalised by a running estimate of their magnitude (``magnitude_ema``), updated only when
+  ``update_emas=True`` (the discriminator pass in training), so inference is deterministic.
+* A final 1x1 ToRGB layer without demodulation; output scaled by ``output_scale`` (0.25).
+
+There are no noise inputs. ``num_ws = num_layers + 2``: ws[0] drives the input transform, ws[1 + i] layer i.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from anonpaper.models.stylegan.config import StyleGANConfig
+from anonpaper.models.stylegan.layers import (EqualizedLinear, LEAKY_RELU_GAIN, LEAKY_RELU_SLOPE,
+                                              design_lowpass_filter, modulated_conv2d, upfirdn2d)
+from anonpaper.models.stylegan.sspace import StyleCodes, StyleLayout
+
+
+def sg3_layer_schedule(config: StyleGANConfig) -> dict[str, np.ndarray]:
+    """Per-layer cutoffs, stopbands, sampling rates, half-widths, sizes and channels (StyleGAN3 Appendix F).
+
+    Returns:
+        Dict of float64 arrays of length ``sg3_num_layers + 1`` (the last entry is ToRGB).
+    """
+    layers, critical = config.sg3_num_layers, config.sg3_num_critical
+    last_cutoff = config.resolution / 2
+    last_stopband = last_cutoff * config.sg3_last_stopband_relative
+    exponents = np.minimum(np.arange(layers + 1) / (layers - critical), 1.0)
+    cutoffs = config.sg3_first_cutoff * (last_cutoff / config.sg3_first_cutoff) ** exponents
+    stopbands = config.sg3_first_stopband * (last_stopband / config.sg3_first_stopband) ** exponents
+    sampling_rates = np.exp2(np.ceil(np.log2(np.minimum(stopbands * 2, config.resolution))))
+    half_widths = np.maximum(stopbands, sampling_rates / 2) - cutoffs
+    sizes = sampling_rates + config.sg3_margin_size * 2
+    sizes[-2:] = config.resolution
+    channels = np.rint(np.minimum((config.channel_base / 2) / cutoffs, config.channel_max))
+    channels[-1] = config.image_channels
+    return {"cutoffs": cutoffs, "stopbands": stopbands, "sampling_rates": sampling_rates,
+            "half_widths": half_widths, "sizes": sizes, "channels": channels}
+
+
+class FourierInput(nn.Module):
+    """Fourier-feature input whose rotation/translation comes from w (not a style: its 4 numbers are geometry)."""
+
+    def __init__(self, w_dim: int, channels: int, size: int, sampling_rate: float, bandwidth: float):
+        super().__init__()
+        self.channels, self.size, self.sampling_rate, self.bandwidth = channels, size, sampling_rate, bandwidth
+        frequencies = torch.randn(channels, 2)
+        radii = frequencies.square().sum(dim=1, keepdim=True).sqrt()
+        # Spread frequencies roughly uniformly over the disc of radius `bandwidth` (official recipe).
+        frequencies = frequencies / (radii * radii.square().exp().pow(0.25)) * bandwidth
+        self.register_buffer("frequencies", frequencies)
+        self.register_buffer("phases", torch.rand(channels) - 0.5)
+        self.weight = nn.Parameter(torch.randn(channels, channels))
+        # Outputs (cos, sin, tx, ty) up to scale; starts at the identity transform for every w.
+        self.affine = EqualizedLinear(w_dim, 4, weight_init_scale=0.0)
+        with torch.no_grad():
+            self.affine.bias.copy_(torch.tensor([1.0, 0.0, 0.0, 0.0]))
+        self.register_buffer("user_transform", torch.eye(3))
+        theta = torch.eye(2, 3) * (0.5 * size / sampling_rate)
+        grid = F.affine_grid(theta.unsqueeze(0), [1, 1, size, size], align_corners=False)
+        self.register_buffer("grid", grid)  # (1, size, size, 2) sample positions in input-frequency units
+
+    def forward_from_transform(self, transform: torch.Tensor) -> torch.Tensor:
+        """Features (N, channels, size, size) for transform parameters (N, 4).
+
+        Always computed in float32 (autocast disabled): sines of large phase arguments are meaningless in 16 bits.
+        """
+        with torch.autocast(device_type=transform.device.type, enabled=False):
+            return self._fourier_features(transform.float())
+
+    def _fourier_features(self, transform: torch.Tensor) -> torch.Tensor:
+        batch = transform.shape[0]
+        t = transform / transform[:, :2].norm(dim=1, keepdim=True)
+        rotation = torch.eye(3, device=t.device, dtype=t.dtype).repeat(batch, 1, 1)
+        rotation[:, 0, 0], rotation[:, 0, 1], rotation[:, 1, 0], rotation[:, 1, 1] = t[:, 0], -t[:, 1], t[:, 1], t[:, 0]
+        translation = torch.eye(3, device=t.device, dtype=t.dtype).repeat(batch, 1, 1)
+        translation[:, 0, 2], translation[:, 1, 2] = -t[:, 2], -t[:, 3]
+        transforms = rotation @ translation @ self.user_transform.to(t.dtype).unsqueeze(0)
+        phases = self.phases.unsqueeze(0) + (self.frequencies.unsqueeze(0) @ transforms[:, :2, 2:]).squeeze(2)
+        frequencies = self.frequencies.unsqueeze(0) @ transforms[:, :2, :2]  # (N, C, 2)
+        # Fade out frequencies that the transform pushed above the band (prevents aliasing at the input).
+        amplitudes = (1 - (frequencies.norm(dim=2) - self.bandwidth) / (self.sampling_rate / 2 - self.bandwidth))
+        amplitudes = amplitudes.clamp(0, 1)
+        x = torch.einsum("hwd,ncd->nhwc", self.grid[0].to(t.dtype), frequencies)
+        x = x + phases[:, None, None, :]
+        x = torch.sin(x * (2 * math.pi)) * amplitudes[:, None, None, :]
+        x = x @ (self.weight / math.sqrt(self.channels)).t()
+        return x.permute(0, 3, 1, 2)
+
+
+class AliasFreeLayer(nn.Module):
+    """Modulated conv followed by the filtered (up -> leaky ReLU -> down) nonlinearity of StyleGAN3."""
+
+    def __init__(self, w_dim: int, is_torgb: bool, in_channels: int, out_channels: int, in_size: int, out_size: int,
+                 in_sampling_rate: float, out_sampling_rate: float, in_cutoff: float, out_cutoff: float,
+                 in_half_width: float, out_half_width: float, filter_size: int = 6, lrelu_upsampling: int = 2,
+                 magnitude_ema_beta: float = 0.999):
+        super().__init__()
+        self.is_torgb, self.in_channels, self.out_channels = is_torgb, in_channels, out_channels
+        self.in_size, self.out_size = in_size, out_size
+        self.conv_kernel = 1 if is_torgb else 3
+        self.magnitude_ema_beta = magnitude_ema_beta
+        self.affine = EqualizedLinear(w_dim, in_channels, bias_init=1.0)
+        self.weight = nn.Parameter(torch.randn(out_channels, in_channels, self.conv_kernel, self.conv_kernel))
+        self.bias = nn.Parameter(torch.zeros(out_channels))
+        self.register_buffer("magnitude_ema", torch.ones([]))
+        temporary_rate = max(in_sampling_rate, out_sampling_rate) * (1 if is_torgb else lrelu_upsampling)
+        self.up_factor = int(round(temporary_rate / in_sampling_rate))
+        up_taps = filter_size * self.up_factor if self.up_factor > 1 and not is_torgb else 1
+        up_filter = design_lowpass_filter(up_taps, in_cutoff, in_half_width * 2, temporary_rate)
+        self.down_factor = int(round(temporary_rate / out_sampling_rate))
+        down_taps = filter_size * self.down_factor if self.down_factor > 1 and not is_torgb else 1
+        down_filter = design_lowpass_filter(down_taps, out_cutoff, out_half_width * 2, temporary_rate)
+        self.register_buffer("up_filter", up_filter if up_filter is not None else torch.ones(1))
+        self.register_buffer("down_filter", down_filter if down_filter is not None else torch.ones(1))
+        # Padding so that the output has exactly out_size pixels (official formula).
+        pad_total = (out_size - 1) * self.down_factor + 1
+        pad_total -= (in_size + self.conv_kernel - 1) * self.up_factor
+        pad_total += up_taps + down_taps - 2
+        pad_lo = (pad_total + self.up_factor) // 2
+        self.padding = (int(pad_lo), int(pad_total - pad_lo)) * 2
+
+    def forward_from_style(self, x: torch.Tensor, style: torch.Tensor, update_emas: bool = False) -> torch.Tensor:
+        if update_emas:
+            with torch.no_grad():
+                magnitude = x.detach().float().square().mean()
+                self.magnitude_ema.copy_(magnitude.lerp(self.magnitude_ema, self.magnitude_ema_beta))
+        input_gain = self.magnitude_ema.rsqrt()
+        if self.is_torgb:
+            style = style * (1.0 / math.sqrt(self.in_channels * self.conv_kernel ** 2))
+        x = modulated_conv2d(x, self.weight, style, demodulate=not self.is_torgb, padding=self.conv_kernel - 1,
+                             input_gain=input_gain, prenormalize=True)
+        x = x + self.bias.to(x.dtype)[None, :, None, None]
+        x = upfirdn2d(x, self.up_filter, up=self.up_factor, padding=self.padding, gain=self.up_factor ** 2)
+        if not self.is_torgb:
+            x = F.leaky_relu(x, LEAKY_RELU_SLOPE) * LEAKY_RELU_GAIN
+        x = upfirdn2d(x, self.down_filter, down=self.down_factor)
+        if x.shape[-1] != self.out_size:
+            raise AssertionError(f"alias-free layer produced {x.shape[-1]} px, expected {self.out_size}")
+        return x
+
+
+class SynthesisNetworkSG3T(nn.Module):
+    """StyleGAN3-T synthesis: ws (N, num_layers + 2, w_dim) -> images (N, C, R, R), nominally in [-1, 1]."""
+
+    def __init__(self, config: StyleGANConfig):
+        super().__init__()
+        if config.architecture != "sg3t":
+            raise ValueError(f"SynthesisNetworkSG3T needs architecture 'sg3t', got {config.architecture!r}")
+        self.config = config
+        self.resolution, self.image_channels, self.w_dim = config.resolution, config.image_channels, config.w_dim
+        self.output_scale = config.sg3_output_scale
+        schedule = sg3_layer_schedule(config)
+        self.schedule = schedule
+        channels, sizes = schedule["channels"].astype(int), schedule["sizes"].astype(int)
+        rates, cutoffs, half_widths = schedule["sampling_rates"], schedule["cutoffs"], schedule["half_widths"]
+        self.input = FourierInput(self.w_dim, int(channels[0]), int(sizes[0]), float(rates[0]), float(cutoffs[0]))
+        self.layers = nn.ModuleDict()
+        num_layers = config.sg3_num_layers
+        for index in range(num_layers + 1):
+            previous = max(index - 1, 0)
+            name = "torgb" if index == num_layers else f"L{index}"
+            self.layers[name] = AliasFreeLayer(
+                self.w_dim, is_torgb=index == num_layers, in_channels=int(channels[previous]),
+                out_channels=int(channels[index]), in_size=int(sizes[previous]), out_size=int(sizes[index]),
+                in_sampling_rate=float(rates[previous]), out_sampling_rate=float(rates[index]),
+                in_cutoff=float(cutoffs[previous]), out_cutoff=float(cutoffs[index]),
+                in_half_width=float(half_widths[previous]), out_half_width=float(half_widths[index]),
+                filter_size=config.sg3_filter_size, magnitude_ema_beta=config.sg3_magnitude_ema_beta)
+        self.num_ws = num_layers + 2
+
+    @property
+    def layout(self) -> StyleLayout:
+        return StyleLayout(tuple(self.layers), tuple(layer.in_channels for layer in self.layers.values()))
+
+    def noise_buffers(self) -> "OrderedDict[str, torch.Tensor]":
+        """StyleGAN3 has no noise inputs: always empty."""
+        return OrderedDict()
+
+    def _check_ws(self, ws: torch.Tensor) -> None:
+        if ws.ndim != 3 or ws.shape[1] != self.num_ws or ws.shape[2] != self.w_dim:
+            raise ValueError(f"ws must have shape (N, {self.num_ws}, {self.w_dim}), got {tuple(ws.shape)}")
+
+    def styles(self, ws: torch.Tensor) -> StyleCodes:
+        """S codes for ws: every layer's affine output plus the input transform (from ws[:, 0])."""
+        self._check_ws(ws)
+        styles = OrderedDict((name, layer.affine(ws[:, 1 + i])) for i, (name, layer) in enumerate(self.layers.items()))
+        return StyleCodes(styles, input_transform=self.input.affine(ws[:, 0]))
+
+    def forward(self, ws: torch.Tensor, update_emas: bool = False, return_features: bool = False, **_):
+        """Synthesise from ws, computing each layer's style on the fly (same ops as :meth:`forward_from_styles`)."""
+        self._check_ws(ws)
+        names = list(self.layers)
+        return self._run(lambda name, layer: layer.affine(ws[:, 1 + names.index(name)]),
+                         self.input.affine(ws[:, 0]), update_emas, return_features)
+
+    def forward_from_styles(self, codes: StyleCodes, update_emas: bool = False, return_features: bool = False, **_):
+        """Synthesise from S codes; ``codes.input_transform`` (N, 4) is required."""
+        if codes.layout != self.layout:
+            raise ValueError(f"style codes layout {list(zip(codes.layout.names, codes.layout.sizes))} does not "
+                             f"match the generator's {list(zip(self.layout.names, self.layout.sizes))}")
+        if codes.input_transform is None or codes.input_transform.shape != (codes.batch_size, 4):
+            raise ValueError(f"StyleGAN3 codes need input_transform of shape ({codes.batch_size}, 4), got "
+                             f"{None if codes.input_transform is None else tuple(codes.input_transform.shape)}")
+        return self._run(lambda name, layer: codes.styles[name], codes.input_transform, update_emas,
+                         return_features)
+
+    def _run(self, style_of: Callable, transform: torch.Tensor, update_emas: bool, return_features: bool):
+        x = self.input.forward_from_transform(transform)
+        features = [("input", x)] if return_features else []
+        for name, layer in self.layers.items():
+            x = layer.forward_from_style(x, style_of(name, layer), update_emas=update_emas)
+            if return_features:
+                features.append((name, x))
+        image = x * self.output_scale
+        return (image, features) if return_features else image

@@ -1,0 +1,157 @@
+"""Identity-embedding training with an ArcFace head (GMIA's patient re-identification network E_id).
+
+Validation measures leave-one-out rank-1 identification on held-out images: for every validation image whose
+identity appears at least twice, is its nearest other image (cosine similarity of the unit embeddings) of the same
+identity? Higher is better; chance is about 1 / (number of identities).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from anonpaper.models.embedding import ArcFaceHead
+from anonpaper.models.normalization import InputNormalization, channel_statistics
+from anonpaper.runtime import content_hash, get_device
+from anonpaper.train.loop import TrainResult, as_image_tensor, batched_forward, fit, model_device
+
+
+def rank1_accuracy(embeddings: np.ndarray, identities: np.ndarray) -> float:
+    """Leave-one-out rank-1 identification accuracy of embeddings (N, D) with identity labels (N,).
+
+    Only images whose identity occurs at least twice are queries; NaN when there is none. Higher is better.
+    """
+    embeddings = np.asarray(embeddings, dtype=np.float64)
+    identities = np.asarray(identities)
+    if embeddings.ndim != 2 or identities.shape != (embeddings.shape[0],):
+        raise ValueError(f"expected embeddings (N, D) and identities (N,), got {embeddings.shape} and "
+                         f"{identities.shape}")
+    unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+    similarity = unit @ unit.T
+    np.fill_diagonal(similarity, -np.inf)
+    values, occurrences = np.unique(identities, return_counts=True)
+    repeated = np.isin(identities, values[occurrences >= 2])
+    if not repeated.any():
+        return float("nan")
+    nearest = similarity.argmax(axis=1)
+    return float(np.mean(identities[nearest][repeated] == identities[repeated]))
+
+
+def train_embedding(model: nn.Module, images: Any, identities: Any, *, epochs: int, batch_size: int = 32,
+                    lr: float = 1e-3, weight_decay: float = 5e-4, s: float = 64.0, m: float = 0.5,
+                    val: tuple[Any, Any] | None = None, augment: Callable[..., torch.Tensor] | None = None,
+                    early_stopping_patience: int | None = None, seed: int = 0,
+                    device: str | torch.device | None = None, checkpoint_path: str | Path | None = None,
+                    progress: bool = True) -> TrainResult:
+    """Train an embedding network with an ArcFace classification head over the training identities.
+
+    Args:
+        model: Embedding network (e.g. :class:`anonpaper.models.embedding.EmbeddingNet`) mapping normalised
+            (N, C, H, W) input to unit-length embeddings (N, D).
+        images: uint8 numpy (N, H, W[, C]) or float tensor (N, C, H, W) in [0, 1].
+        identities: Identity labels (N,) of any hashable numpy dtype (ints or strings); at least 2 identities.
+        epochs: Maximum epochs.
+        batch_size: Mini-batch size (>= 2).
+        lr, weight_decay: Adam hyper-parameters (for the network and the head).
+        s, m: ArcFace scale and angular margin (GMIA: 64, 0.5).
+        val: Optional ``(images, identities)``; the best epoch maximises ``val_rank1``, otherwise the lowest
+            training loss selects.
+        augment: ``augment(images, generator) -> images`` on float batches in [0, 1].
+        early_stopping_patience, seed, device, checkpoint_path, progress: As in :func:`anonpaper.train.loop.fit`.
+
+    Returns:
+        :class:`TrainResult`; ``model`` is an :class:`InputNormalization` wrapper (images in [0, 1]); ``extras``
+        holds ``head`` (the trained :class:`ArcFaceHead`) and ``identity_values`` (label of each head row).
+    """
+    image_tensor = as_image_tensor(images)
+    identity_array = np.asarray(identities.cpu() if isinstance(identities, torch.Tensor) else identities)
+    if identity_array.shape != (image_tensor.shape[0],):
+        raise ValueError(f"identities must have shape ({image_tensor.shape[0]},), got {identity_array.shape}")
+    identity_values, labels = np.unique(identity_array, return_inverse=True)
+    if identity_values.size < 2:
+        raise ValueError(f"need at least 2 identities to train an ArcFace head, got {identity_values.size}")
+    label_tensor = torch.from_numpy(labels.astype(np.int64))
+    if not isinstance(batch_size, int) or batch_size < 2:
+        raise ValueError(f"batch_size must be an integer >= 2, got {batch_size!r}")
+    device = get_device(device) if not isinstance(device, torch.device) else device
+    mean, std = channel_statistics(image_tensor)
+    wrapped = InputNormalization(model, mean, std)
+    with torch.no_grad():
+        was_training = model.training
+        model.eval()
+        dimension = wrapped.to(model_device(model))(image_tensor[:2].to(model_device(model))).shape[1]
+        model.train(was_training)
+    # The head is seeded from the run seed so that the whole run is a function of the seed.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        head = ArcFaceHead(int(dimension), int(identity_values.size), s=s, m=m)
+    parts = nn.ModuleDict({"model": wrapped, "head": head})
+    count = image_tensor.shape[0]
+
+    def batches(epoch: int, generator: torch.Generator):
+        order = torch.randperm(count, generator=generator)
+        for start in range(0, count, batch_size):
+            index = order[start:start + batch_size]
+            if index.numel() < 2:
+                continue
+            batch = image_tensor[index]
+            if augment is not None:
+                batch = augment(batch, generator)
+            yield batch, label_tensor[index]
+
+    def step(network: nn.ModuleDict, batch) -> torch.Tensor:
+        batch_images, batch_labels = batch
+        logits = network["head"](network["model"](batch_images).float(), batch_labels)
+        return F.cross_entropy(logits, batch_labels)
+
+    evaluate = None
+    if val is not None:
+        val_images = as_image_tensor(val[0], "val images")
+        val_identities = np.asarray(val[1].cpu() if isinstance(val[1], torch.Tensor) else val[1])
+        if val_identities.shape != (val_images.shape[0],):
+            raise ValueError(f"val identities must have shape ({val_images.shape[0]},), got {val_identities.shape}")
+
+        def evaluate(network: nn.ModuleDict) -> dict[str, float]:
+            vectors = batched_forward(network["model"], val_images, max(batch_size, 32), device).numpy()
+            return {"val_rank1": rank1_accuracy(vectors, val_identities)}
+
+    optimizer = torch.optim.Adam(parts.parameters(), lr=lr, weight_decay=weight_decay)
+    # Hashing the data costs a pass over it; only a checkpointed run needs the fingerprint.
+    config = None if checkpoint_path is None else {
+        "trainer": "embedding", "data": content_hash(image_tensor.numpy(), labels),
+        "val": None if val is None else content_hash(val_images.numpy(), val_identities.astype(str)),
+        "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay, "s": s, "m": m,
+        "augment": type(augment).__name__, "model": type(model).__name__}
+    number_of_batches = count // batch_size + int(count % batch_size >= 2)  # batches of one are skipped
+    result = fit(parts, batches=batches, step=step, optimizer=optimizer, epochs=epochs, evaluate=evaluate,
+                 monitor="val_rank1" if val is not None else "train_loss", mode="max" if val is not None else "min",
+                 early_stopping_patience=early_stopping_patience, seed=seed, device=device,
+                 checkpoint_path=checkpoint_path, config=config, progress=progress, description="embedding",
+                 batches_per_epoch=number_of_batches)
+    result.extras.update({"head": parts["head"], "identity_values": identity_values, "mean": mean, "std": std})
+    result.model = parts["model"]
+    return result
+
+
+def embed(model: nn.Module, images: Any, batch_size: int = 64, device: str | torch.device | None = None) -> np.ndarray:
+    """Embeddings of ``images``.
+
+    Args:
+        model: Trained embedding model (a :class:`TrainResult` model takes images in [0, 1]).
+        images: uint8 numpy (N, H, W[, C]) or float tensor (N, C, H, W) in [0, 1].
+        batch_size: Inference batch size.
+        device: Device; None keeps the model's current device.
+
+    Returns:
+        float32 array (N, D); rows have L2 norm 1 for :class:`EmbeddingNet`.
+    """
+    tensor = as_image_tensor(images)
+    target = model_device(model) if device is None else (
+        get_device(device) if not isinstance(device, torch.device) else device)
+    model.to(target)
+    return batched_forward(model, tensor, batch_size, target).numpy().astype(np.float32)

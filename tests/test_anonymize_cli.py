@@ -1,0 +1,207 @@
+"""`anonpaper anonymize snow|vs-snow` on folders (anonpaper.methods.folder through anonpaper.cli.main)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from anonpaper.cli import main
+from anonpaper.methods.folder import FOLDER_METHODS, anonymize_folder, read_image
+
+pytestmark = pytest.mark.unit
+
+
+def write_rgb(path: Path, image: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    assert cv2.imwrite(str(path), cv2.cvtColor(image, cv2.COLOR_RGB2BGR) if image.ndim == 3 else image)
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+    """Three RGB images (one in a subfolder, one JPEG) and one grayscale image, 24 x 32, values 0..99."""
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "images"
+    names = ["a.png", "sub/b.png", "c.jpg"]
+    for name in names:
+        write_rgb(folder / name, rng.integers(0, 100, (24, 32, 3), dtype=np.uint8))
+    write_rgb(folder / "gray.png", rng.integers(0, 100, (24, 32), dtype=np.uint8))
+    (folder / "notes.txt").write_text("not an image")
+    return folder
+
+
+@pytest.fixture
+def mask_folder(tmp_path):
+    """Vessel masks (0/255 PNG) with the images' relative paths (.png), a band of rows 5-7 and column 10."""
+    folder = tmp_path / "masks"
+    mask = np.zeros((24, 32), dtype=np.uint8)
+    mask[5:8, :] = 255
+    mask[:, 10] = 255
+    for name in ["a.png", "sub/b.png", "c.png", "gray.png"]:
+        write_rgb(folder / name, mask)
+    return folder, mask > 0
+
+
+def folder_digest(folder: Path) -> dict[str, str]:
+    return {path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_snow_folder_replaces_about_p_with_the_folder_mean(image_folder, tmp_path):
+    before = folder_digest(image_folder)
+    out = tmp_path / "out"
+    code = main(["anonymize", "snow", "--in", str(image_folder), "--out", str(out), "-o", "p", "0.3", "--quiet"])
+    assert code == 0
+    assert folder_digest(image_folder) == before  # inputs untouched
+    assert sorted(folder_digest(out)) == ["a.png", "c.png", "gray.png", "sub/b.png"]
+    # The folder's means are pixel-weighted over all RGB images (and separately over the grayscale one).
+    rgb_inputs = {name: read_image(image_folder / name) for name in ["a.png", "c.jpg", "sub/b.png"]}
+    rgb_mean = np.round(np.concatenate([image.reshape(-1, 3) for image in rgb_inputs.values()]).mean(axis=0))
+    replaced = total = 0
+    for name, source in rgb_inputs.items():
+        result = read_image(out / Path(name).with_suffix(".png"))
+        changed = result != source  # inputs are < 100 and the means are not, so changed == replaced
+        assert np.array_equal(result[~changed], source[~changed])
+        replaced += int(changed.sum())
+        total += changed.size
+        for channel in range(3):
+            assert np.all(result[..., channel][changed[..., channel]] == rgb_mean[channel])
+    assert abs(replaced / total - 0.3) < 0.03
+    gray_source, gray_result = read_image(image_folder / "gray.png"), read_image(out / "gray.png")
+    assert gray_result.shape == (24, 32)
+    assert np.all(gray_result[gray_result != gray_source] == np.round(gray_source.mean()))
+
+
+def rgb_folder(tmp_path, count=3, seed=1):
+    rng = np.random.default_rng(seed)
+    folder = tmp_path / "rgb"
+    images = {}
+    for index in range(count):
+        images[f"img{index}.png"] = rng.integers(0, 100, (24, 32, 3), dtype=np.uint8)
+        write_rgb(folder / f"img{index}.png", images[f"img{index}.png"])
+    return folder, images
+
+
+def test_snow_folder_constant_is_the_dataset_channel_mean(tmp_path):
+    folder, images = rgb_folder(tmp_path)
+    out = tmp_path / "out"
+    assert main(["anonymize", "snow", "--in", str(folder), "--out", str(out), "-o", "p", "0.5", "--quiet"]) == 0
+    expected = np.round(np.stack(list(images.values())).reshape(-1, 3).astype(np.float64).mean(axis=0))
+    for name, source in images.items():
+        result = read_image(out / name)
+        changed = result != source
+        assert np.array_equal(result[~changed], source[~changed])
+        for channel in range(3):
+            assert np.all(result[..., channel][changed[..., channel]] == expected[channel])
+
+
+def test_snow_folder_seed_determinism_channel_mean_option_and_p_zero(image_folder, tmp_path, capsys):
+    folder, images = rgb_folder(tmp_path)
+    runs = {}
+    for name, seed in [("one", 5), ("two", 5), ("three", 6)]:
+        out = tmp_path / name
+        assert main(["anonymize", "snow", "--in", str(folder), "--out", str(out), "-o", "p", "0.3",
+                     "-o", "seed", str(seed), "-o", "channel_mean", "[250, 251, 252]", "--quiet"]) == 0
+        runs[name] = folder_digest(out)
+    assert runs["one"] == runs["two"] and runs["one"] != runs["three"]
+    result = read_image(tmp_path / "one" / "img0.png")
+    source = images["img0.png"]
+    changed = result != source
+    assert np.all(result[..., 0][changed[..., 0]] == 250) and np.all(result[..., 2][changed[..., 2]] == 252)
+    # A 3-value channel_mean cannot serve the folder's grayscale image: the error names the file.
+    assert main(["anonymize", "snow", "--in", str(image_folder), "--out", str(tmp_path / "mixed"),
+                 "-o", "channel_mean", "[250, 251, 252]", "--quiet"]) == 2
+    assert "gray.png: channel_mean must hold one value per channel (1)" in capsys.readouterr().err
+    out = tmp_path / "identity"
+    assert main(["anonymize", "snow", "--in", str(image_folder), "--out", str(out), "-o", "p", "0", "--quiet"]) == 0
+    for name in ["a.png", "sub/b.png", "gray.png"]:
+        assert np.array_equal(read_image(out / name), read_image(image_folder / name))
+
+
+def test_vs_snow_folder_changes_only_vessel_pixels(image_folder, mask_folder, tmp_path):
+    masks, vessel = mask_folder
+    out = tmp_path / "out"
+    code = main(["anonymize", "vs-snow", "--in", str(image_folder), "--out", str(out), "-o", "p", "0.5",
+                 "-o", "masks", str(masks), "--quiet"])
+    assert code == 0
+    changed_vessel = 0
+    for name, written in [("a.png", "a.png"), ("sub/b.png", "sub/b.png"), ("c.jpg", "c.png"), ("gray.png", "gray.png")]:
+        source, result = read_image(image_folder / name), read_image(out / written)
+        changed = (result != source).reshape(24, 32, -1).any(axis=2)
+        assert not np.any(changed & ~vessel)
+        changed_vessel += int(changed.sum())
+    assert changed_vessel > 0.3 * 4 * vessel.sum()
+
+
+def test_anonymize_folder_api_with_progress_returns_written_paths(tmp_path):
+    folder, images = rgb_folder(tmp_path)
+    written = anonymize_folder("snow", folder, tmp_path / "out", options={"replace_fraction": "2e-1"}, progress=True)
+    assert [path.name for path in written] == sorted(images)
+    assert {"snow", "vs-snow"} <= set(FOLDER_METHODS)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["-o", "p", "1.5"], "[0, 1]"),
+    (["-o", "probability", "0.3"], "no option 'probability'"),
+    (["-o", "p", "0.3", "-o", "replace_fraction", "0.2"], "given twice"),
+    (["-o", "channel_mean", "grey"], "channel_mean"),
+    (["-o", "p", "a lot"], "must be a number"),
+    (["-o", "p", "3e-0"], "[0, 1]"),  # YAML leaves 3e-0 a string; it is read as the number 3.0 and rejected
+])
+def test_bad_options_exit_2(image_folder, tmp_path, capsys, extra, message):
+    out = tmp_path / "out"
+    assert main(["anonymize", "snow", "--in", str(image_folder), "--out", str(out), "--quiet", *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_outputs_never_overwrite_inputs(image_folder, tmp_path, capsys):
+    before = folder_digest(image_folder)
+    base = ["anonymize", "snow", "--in", str(image_folder), "--quiet", "--out"]
+    assert main(base + [str(image_folder)]) == 2
+    assert "is the input folder" in capsys.readouterr().err
+    assert main(base + [str(image_folder / "sub" / "anon")]) == 2
+    assert "inside the input folder" in capsys.readouterr().err
+    assert main(base + [str(image_folder.parent)]) == 2
+    assert "contains the input folder" in capsys.readouterr().err
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "x.txt").write_text("keep me")
+    assert main(base + [str(busy)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert folder_digest(image_folder) == before and (busy / "x.txt").read_text() == "keep me"
+
+
+def test_usage_errors_exit_2(image_folder, mask_folder, tmp_path, capsys):
+    masks, _ = mask_folder
+    out = str(tmp_path / "out")
+    assert main(["anonymize", "blur", "--in", str(image_folder), "--out", out, "--quiet"]) == 2
+    assert "unknown method 'blur'" in capsys.readouterr().err
+    assert main(["anonymize", "vs-snow", "--in", str(image_folder), "--out", out, "--quiet"]) == 2
+    assert "needs vessel masks" in capsys.readouterr().err
+    assert main(["anonymize", "snow", "--in", str(tmp_path / "missing"), "--out", out, "--quiet"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (masks / "sub" / "b.png").unlink()
+    assert main(["anonymize", "vs-snow", "--in", str(image_folder), "--out", out, "-o", "masks", str(masks),
+                 "--quiet"]) == 2
+    assert "no vessel mask for image sub/b.png" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["anonymize", "snow", "--in", str(empty), "--out", out, "--quiet"]) == 2
+    assert "no images" in capsys.readouterr().err
+
+
+def test_name_clash_and_mask_size_mismatch_exit_2(tmp_path, capsys):
+    folder, images = rgb_folder(tmp_path, count=1)
+    write_rgb(folder / "img0.bmp", images["img0.png"])
+    assert main(["anonymize", "snow", "--in", str(folder), "--out", str(tmp_path / "o1"), "--quiet"]) == 2
+    assert "would both be written as img0.png" in capsys.readouterr().err
+    (folder / "img0.bmp").unlink()
+    masks = tmp_path / "masks"
+    write_rgb(masks / "img0.png", np.zeros((10, 10), dtype=np.uint8))
+    assert main(["anonymize", "vs-snow", "--in", str(folder), "--out", str(tmp_path / "o2"), "-o", "masks",
+                 str(masks), "--quiet"]) == 2
+    assert "differs from its image" in capsys.readouterr().err

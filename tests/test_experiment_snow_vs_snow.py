@@ -1,0 +1,239 @@
+"""The Snow / VS-Snow experiment pipeline (paper 2) on a tiny synthetic fundus cohort, plus its analysis helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from anonpaper.data.cohort import Cohort
+from anonpaper.experiments import snow_vs_snow as svs
+
+pytestmark = pytest.mark.unit
+SIZE = 32
+
+
+class TinyFundus(Cohort):
+    """32 px fundus stand-ins: an orange disc, two dark vessel lines (darker for men), a red spot for DR."""
+
+    mask_names = ("vessel", "fov")
+
+    def __init__(self, patients: int = 16, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        rows = []
+        for patient in range(patients):
+            sex = "F" if patient % 2 == 0 else "M"
+            dr = int(rng.integers(0, 3))
+            split = "train" if patient < patients * 0.6 else ("val" if patient < patients * 0.8 else "test")
+            for image in range(2):
+                rows.append({"image_id": f"p{patient}_{image}", "patient_id": f"p{patient}", "split": split,
+                             "sex": sex, "dr_3class": dr, "seed": int(rng.integers(0, 2**31))})
+        super().__init__("tiny-fundus", pd.DataFrame(rows))
+
+    def _geometry(self, row):
+        rng = np.random.default_rng(int(row["seed"]))
+        grid = np.mgrid[:SIZE, :SIZE]
+        fov = (grid[0] - SIZE / 2) ** 2 + (grid[1] - SIZE / 2) ** 2 <= (0.45 * SIZE) ** 2
+        vessel = np.zeros((SIZE, SIZE), bool)
+        vessel[int(rng.integers(8, 14)), 4:28] = True
+        vessel[4:28, int(rng.integers(18, 24))] = True
+        return rng, fov, vessel & fov
+
+    def _read_image(self, row):
+        rng, fov, vessel = self._geometry(row)
+        image = np.zeros((SIZE, SIZE, 3), np.float64)
+        image[fov] = [190, 95, 45]
+        image[vessel] = [120, 40, 25] if row["sex"] == "F" else [70, 15, 10]
+        if row["dr_3class"] > 0:
+            image[22:22 + 2 * int(row["dr_3class"]), 6:10] = [230, 200, 60]
+        image += rng.normal(0, 6, image.shape) * fov[..., None]
+        return np.clip(image, 0, 255).astype(np.uint8)
+
+    def _read_masks(self, row):
+        _, fov, vessel = self._geometry(row)
+        return {"vessel": vessel, "fov": fov}
+
+
+def tiny_config(**overrides) -> svs.SnowVsSnowConfig:
+    options = dict(p_values=(0.1, 0.5), backbone="small_cnn", epochs=1, batch_size=8, early_stopping_patience=None,
+                   augment=False, segmenter="frunet", segmenter_width=4, segmenter_epochs=1, segmenter_patch=32,
+                   segmenter_patches_per_epoch=8, bootstrap=20, min_test_images=4, seed=0)
+    options.update(overrides)
+    return svs.SnowVsSnowConfig(**options)
+
+
+@pytest.fixture(scope="module")
+def arrays():
+    return svs.load_arrays(TinyFundus())
+
+
+@pytest.fixture(scope="module")
+def outcome(arrays):
+    torch.set_num_threads(1)
+    return svs.run_experiment(arrays, tiny_config(), device="cpu", log=lambda message: None, saliency_images=4)
+
+
+def test_paper_tables_are_complete_and_share_the_original_column():
+    for method in svs.METHODS:
+        for data, table in svs.PAPER_TABLES[method].items():
+            for key in ("sex_accuracy", "dr_f1"):
+                assert len(table[key]) == len(svs.PAPER_P_VALUES)
+                assert all(0 < value < 100 for value in table[key])
+    for data in svs.PAPER_TABLES["snow"]:
+        for key in ("sex_accuracy", "dr_f1"):
+            assert svs.PAPER_TABLES["snow"][data][key][0] == svs.PAPER_TABLES["vs_snow"][data][key][0]
+    # Spot checks against the paper text (Table 1 BRSET p = .5, Table 2 Diabetes Center p = .1).
+    assert svs.PAPER_TABLES["snow"]["BRSET"]["sex_accuracy"][3] == 52.15
+    assert svs.PAPER_TABLES["vs_snow"]["Diabetes Center"]["dr_f1"][1] == 75.9
+
+
+def test_config_validates():
+    with pytest.raises(ValueError, match="p_values"):
+        tiny_config(p_values=(0.0, 0.3))
+    with pytest.raises(ValueError, match="segmenter"):
+        tiny_config(segmenter="resnet")
+    assert tiny_config(p_values=(0.5, 0.1)).p_values == (0.1, 0.5)
+
+
+def test_load_arrays_splits_and_labels(arrays):
+    cohort = TinyFundus()
+    assert sum(len(arrays.images[s]) for s in svs.SPLITS) == len(cohort)
+    for split in svs.SPLITS:
+        assert arrays.images[split].dtype == np.uint8 and arrays.images[split].shape[1:] == (SIZE, SIZE, 3)
+        assert arrays.vessels[split].shape == arrays.images[split].shape[:3]
+        assert set(np.unique(arrays.sex[split])) <= {0, 1}
+    table = cohort.table[cohort.table["split"] == "test"]
+    assert np.array_equal(arrays.sex["test"], (table["sex"] == "M").to_numpy().astype(int))
+    summary = svs.split_summary(arrays)
+    assert summary.loc["test", "images"] == len(table)
+    resized = svs.load_arrays(cohort, image_size=16)
+    assert resized.images["train"].shape[1:] == (16, 16, 3) and resized.vessels["train"].dtype == bool
+
+
+def test_obfuscate_properties(arrays):
+    images, vessels = arrays.images["train"], arrays.vessels["train"]
+    means = np.array([100.0, 50.0, 20.0])
+    assert np.array_equal(svs.obfuscate(images, "snow", 0.0, seed=1, channel_means=means), images)
+    snowed = svs.obfuscate(images, "snow", 0.5, seed=1, channel_means=means)
+    assert np.array_equal(snowed, svs.obfuscate(images, "snow", 0.5, seed=1, channel_means=means))
+    replaced = (snowed != images) | (snowed == means.astype(np.uint8))
+    assert 0.4 < replaced.mean() < 0.6
+    vs = svs.obfuscate(images, "vs_snow", 0.5, seed=1, vessel_masks=vessels)
+    changed = (vs != images).any(axis=3)
+    assert changed.any() and not changed[~vessels].any(), "VS-Snow changes vessel pixels only"
+    with pytest.raises(ValueError, match="vessel_masks"):
+        svs.obfuscate(images, "vs_snow", 0.5, seed=1)
+
+
+def test_saliency_enrichment_closed_form():
+    maps = np.zeros((2, 8, 8))
+    vessels = np.zeros((2, 8, 8), bool)
+    vessels[:, 2, :] = True  # 8 of 64 pixels
+    maps[0][vessels[0]] = 1.0  # all saliency on vessels: enrichment = 64 / 8
+    maps[1] = 0.5  # uniform saliency: enrichment 1
+    assert np.allclose(svs.saliency_vessel_enrichment(maps, vessels), [8.0, 1.0])
+    fov = np.zeros_like(vessels)
+    fov[:, :4, :] = True  # 32 pixels, 8 of them vessels
+    assert np.allclose(svs.saliency_vessel_enrichment(maps, vessels, fov), [4.0, 1.0])
+
+
+def test_saliency_enrichment_of_a_model_that_reads_only_vessels():
+    vessels = np.zeros((3, 8, 8), bool)
+    vessels[:, :, 3] = True
+    weight = torch.from_numpy(vessels[0].astype(np.float32))
+
+    class VesselReader(nn.Module):
+        def forward(self, x):
+            score = (x * weight).sum(dim=(1, 2, 3))
+            return torch.stack([score, -score], dim=1)
+
+    from anonpaper.models.classifiers import gradient_saliency
+
+    maps = gradient_saliency(VesselReader(), torch.rand(3, 3, 8, 8), target=0).numpy()
+    assert np.allclose(svs.saliency_vessel_enrichment(maps, vessels), 8.0)
+
+
+def _scores(points: dict[tuple[str, float], tuple[float, float]], se: float = 0.01, n_test: int = 100):
+    rows = []
+    for (method, p), (sex, dr) in points.items():
+        rows.append({"method": method, "p": p, "task": "sex", "metric": "accuracy", "value": sex, "se": se,
+                     "n_test": n_test})
+        rows.append({"method": method, "p": p, "task": "dr", "metric": "macro_f1", "value": dr, "se": se,
+                     "n_test": n_test})
+    return pd.DataFrame(rows)
+
+
+EXAMPLE = {("original", 0.0): (0.8, 0.8), ("snow", 0.1): (0.7, 0.6), ("snow", 0.5): (0.6, 0.4),
+           ("vs_snow", 0.1): (0.7, 0.7), ("vs_snow", 0.5): (0.6, 0.6)}
+
+
+def test_matched_privacy_gain_closed_form():
+    # Both curves join (0.6, .) to (0.8, 0.8) via 0.7; the F1 difference grows linearly from 0 at 0.8 to 0.2 at
+    # 0.6, so its mean over the overlap [0.6, 0.8] is 0.1.
+    gain = svs.matched_privacy_gain(_scores(EXAMPLE))
+    assert gain["gain"] == pytest.approx(0.1, abs=1e-9)
+    assert (gain["low"], gain["high"]) == pytest.approx((0.6, 0.8))
+    swapped = {key: value for key, value in EXAMPLE.items()}
+    swapped[("snow", 0.1)], swapped[("vs_snow", 0.1)] = EXAMPLE[("vs_snow", 0.1)], EXAMPLE[("snow", 0.1)]
+    swapped[("snow", 0.5)], swapped[("vs_snow", 0.5)] = EXAMPLE[("vs_snow", 0.5)], EXAMPLE[("snow", 0.5)]
+    assert svs.matched_privacy_gain(_scores(swapped))["gain"] == pytest.approx(-0.1, abs=1e-9)
+    no_overlap = dict(EXAMPLE)
+    no_overlap[("vs_snow", 0.1)] = (0.8, 0.8)
+    no_overlap[("vs_snow", 0.5)] = (0.8, 0.8)
+    assert np.isnan(svs.matched_privacy_gain(_scores(no_overlap))["gain"])
+
+
+def test_falls_with_p_and_vessel_share():
+    assert svs.falls_with_p([0.8, 0.7, 0.6], [0.01] * 3)
+    assert not svs.falls_with_p([0.8, 0.79, 0.795], [0.01] * 3)  # drop within noise
+    assert not svs.falls_with_p([0.8, 0.5, 0.7, 0.6], [0.01] * 4)  # a large rise on the way
+    scores = _scores(EXAMPLE)
+    assert svs.vessel_share_of_drop(scores, "sex", 0.5) == pytest.approx(1.0)
+    assert svs.vessel_share_of_drop(scores, "dr", 0.5) == pytest.approx(0.5)
+
+
+def test_tables_side_by_side():
+    scores = _scores(EXAMPLE)
+    table = svs.paper_vs_ours_table(scores, "snow")
+    assert list(table.columns) == ["Original", "p = 0.1", "p = 0.3", "p = 0.5"]
+    assert table.loc[("BRSET (paper)", "Sex (Acc)"), "p = 0.5"] == 52.15
+    assert table.loc[("Phantom (ours)", "DR (F1)"), "p = 0.5"] == pytest.approx(40.0)
+    assert np.isnan(table.loc[("Phantom (ours)", "DR (F1)"), "p = 0.3"])  # not run
+    ours = svs.scores_table(scores, (0.1, 0.5))
+    assert ours.loc[("VS-Snow", "DR (F1)"), "p = 0.1"] == pytest.approx(70.0)
+
+
+def test_patient_bootstrap_se():
+    truth = np.array([0, 1] * 50)
+    assert svs.patient_bootstrap_se(truth, truth, np.arange(100), svs.accuracy, 50, 0) == 0.0
+    prediction = np.where(np.arange(100) % 4 == 0, 1 - truth, truth)  # 75 % correct
+    se = svs.patient_bootstrap_se(truth, prediction, np.arange(100), svs.accuracy, 400, 0)
+    assert se == pytest.approx(np.sqrt(0.75 * 0.25 / 100), rel=0.25)
+
+
+def test_run_experiment_end_to_end(outcome, arrays):
+    scores = outcome.scores
+    assert len(scores) == 2 * (1 + 2 * len(outcome.config.p_values))
+    assert scores["value"].between(0, 1).all() and (scores["n_test"] == len(arrays.images["test"])).all()
+    assert set(outcome.dr_models) == {("original", 0.0), ("snow", 0.1), ("snow", 0.5), ("vs_snow", 0.1),
+                                      ("vs_snow", 0.5)}
+    assert {"Original", "Snow p=0.5", "VS-Snow p=0.1", "vessels"} <= set(outcome.examples)
+    assert 0 <= outcome.segmenter["test_dice"] <= 1
+    assert outcome.saliency["sex_maps"].shape == (3, SIZE, SIZE)
+    counts = np.bincount(arrays.sex["test"], minlength=2)
+    assert outcome.chance == pytest.approx(counts.max() / counts.sum())
+    claims = svs.evaluate_claims(outcome)
+    assert {claim["id"] for claim in claims} >= {"attacker-above-chance", "snow-sex-falls", "vs-snow-dr-falls",
+                                                 "vs-snow-better-tradeoff", "vessels-sex-over-dr"}
+    assert all(claim["holds"] in (True, False, None) and claim["ours"] is not None for claim in claims)
+    small = svs.evaluate_claims(svs.SnowVsSnowOutcome(**{**outcome.__dict__,
+                                                         "config": tiny_config(min_test_images=10_000)}))
+    assert all(claim["holds"] is None for claim in small)
+
+
+def test_networks_come_from_the_cache_the_second_time(outcome, arrays):
+    again = svs.run_experiment(arrays, tiny_config(), device="cpu", log=lambda message: None, saliency_images=4)
+    assert again.training["cached"].all()
+    pd.testing.assert_frame_equal(again.scores, outcome.scores)

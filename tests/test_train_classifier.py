@@ -1,0 +1,108 @@
+"""Tests of classifier training, prediction and the embedding trainer on tiny synthetic tasks."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from anonpaper.models.classifiers import build_classifier
+from anonpaper.models.embedding import EmbeddingNet
+from anonpaper.models.normalization import InputNormalization
+from anonpaper.train.augment import paper2_augmentation
+from anonpaper.train.classifier import predict_proba, train_classifier
+from anonpaper.train.embedding import embed, rank1_accuracy, train_embedding
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One intra-op thread: the tiny models here gain nothing from more, and the test machines are shared."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _separable(count, seed):
+    """Class 0: bright left half; class 1: bright right half; plus noise (uint8, (N, 16, 16, 3))."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, count)
+    images = rng.normal(0.3, 0.1, (count, 16, 16, 3))
+    for index, label in enumerate(labels):
+        if label == 0:
+            images[index, :, :8] += 0.4
+        else:
+            images[index, :, 8:] += 0.4
+    return (np.clip(images, 0, 1) * 255).astype(np.uint8), labels
+
+
+def test_tiny_classifier_learns_separable_task():
+    train, val = _separable(48, 0), _separable(24, 1)
+    torch.manual_seed(0)
+    model = build_classifier("small_cnn", 3, 2)
+    result = train_classifier(model, train, val, epochs=5, batch_size=16, lr=3e-3, loss="focal",
+                              early_stopping_patience=3, seed=0, device="cpu", progress=False)
+    assert isinstance(result.model, InputNormalization)
+    assert {"train_loss", "val_loss", "val_f1", "val_accuracy"} <= set(result.history.columns)
+    assert result.best_score == result.history["val_f1"].max()
+    assert result.best_score >= 0.9
+    probabilities = predict_proba(result.model, val[0], batch_size=7)
+    assert probabilities.shape == (24, 2) and np.allclose(probabilities.sum(axis=1), 1, atol=1e-5)
+    assert np.mean(probabilities.argmax(axis=1) == val[1]) >= 0.9
+    # Normalisation statistics are those of the training images, stored with the model.
+    expected = train[0].reshape(-1, 3).astype(np.float64).mean(axis=0) / 255
+    assert np.allclose(result.model.mean.reshape(-1).numpy(), expected, atol=1e-5)
+
+
+def test_classifier_training_is_deterministic_with_augmentation():
+    train, val = _separable(20, 2), _separable(10, 3)
+    weights = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        result = train_classifier(build_classifier("small_cnn", 3, 2), train, val, epochs=2, batch_size=8,
+                                  augment=paper2_augmentation(), seed=7, device="cpu", progress=False)
+        weights.append(torch.cat([p.reshape(-1) for p in result.model.state_dict().values()]))
+    assert torch.equal(weights[0], weights[1])
+
+
+def test_classifier_rejects_labels_out_of_range():
+    train, val = _separable(10, 0), _separable(6, 1)
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\)"):
+        train_classifier(build_classifier("small_cnn", 3, 2), (train[0], train[1] + 1), val, epochs=1,
+                         batch_size=4, device="cpu", progress=False)
+
+
+def _identities(per_identity, identities, seed):
+    """Identity = a fixed coarse 4x4 pattern (upsampled to 16x16) at half contrast under strong uniform noise."""
+    coarse = np.random.default_rng(100).random((identities, 4, 4))
+    patterns = coarse.repeat(4, axis=1).repeat(4, axis=2)
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(identities), per_identity)
+    images = 0.5 + 0.5 * (patterns[labels] - 0.5) + (rng.random((labels.size, 16, 16)) - 0.5)
+    return (np.clip(images, 0, 1) * 255).astype(np.uint8), labels
+
+
+def test_rank1_accuracy_closed_form():
+    vectors = np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9], [0.7, 0.7]])
+    assert rank1_accuracy(vectors, np.array([0, 0, 1, 1, 2])) == 1.0
+    assert rank1_accuracy(vectors, np.array([0, 1, 0, 1, 2])) == 0.0
+
+
+def test_embedding_learns_identities():
+    train, val = _identities(8, 8, 0), _identities(4, 8, 1)
+    torch.manual_seed(0)
+    model = EmbeddingNet(1, 16, backbone="small_cnn")
+    untrained = InputNormalization(copy.deepcopy(model), [0.5], [0.25])
+    before = rank1_accuracy(embed(untrained, val[0]), val[1])
+    # GMIA's ArcFace defaults (s = 64, m = 0.5).
+    result = train_embedding(model, *train, epochs=8, batch_size=16, lr=3e-3, val=val, seed=0, device="cpu",
+                             progress=False)
+    vectors = embed(result.model, val[0])
+    assert vectors.shape == (32, 16) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    after = rank1_accuracy(vectors, val[1])
+    assert after == pytest.approx(result.best_score)
+    # Chance is 3 / 31 (8 identities, 4 images each); random features already exploit the coarse pattern a bit.
+    assert after >= 0.7 and after >= before + 0.25
+    assert result.extras["head"].weight.shape == (8, 16)
