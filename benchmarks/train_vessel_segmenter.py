@@ -1,7 +1,9 @@
 """Train a small U-Net vessel segmenter on retina-phantom images (exact masks) and print held-out Dice.
 
+``--mask hard_exudate`` trains the hard-exudate segmenter of paper 1 the same way.
+
 Run on demand (not a test):
-    .venv/bin/python benchmarks/train_vessel_segmenter.py [--train 100] [--test 20] [--size 128] [--epochs 12]
+    .venv/bin/python benchmarks/train_vessel_segmenter.py [--train 100] [--test 20] [--size 128] [--epochs 30] [--mask vessel]
 
 The held-out images come from patients that are not in the training set. Dice is computed over whole images at
 threshold 0.5 (global over all held-out pixels, and the mean of per-image values), and after FR-UNet's
@@ -21,8 +23,9 @@ from anonpaper.train.augment import paper2_augmentation
 from anonpaper.train.segmenter import dice_score, dual_threshold, segment, train_segmenter
 
 
-def phantom_images(train: int, test: int, size: int, seed: int):
-    """Retina-phantom images (uint8 (N, S, S, 3)) and exact vessel masks (bool (N, S, S)), one image per patient.
+def phantom_images(train: int, test: int, size: int, seed: int, mask: str = "vessel"):
+    """Retina-phantom images (uint8 (N, S, S, 3)) and exact masks (bool (N, S, S), default "vessel"), one image
+    per patient.
 
     Returns ``(train_images, train_masks, test_images, test_masks)``; the test patients are not in the training set.
     """
@@ -32,7 +35,7 @@ def phantom_images(train: int, test: int, size: int, seed: int):
     if cohort.table["patient_id"].nunique() != len(cohort):
         raise ValueError("expected one image per patient")
     images = np.stack([cohort.image(index) for index in range(len(cohort))])
-    masks = np.stack([cohort.mask(index, "vessel") for index in range(len(cohort))])
+    masks = np.stack([cohort.mask(index, mask) for index in range(len(cohort))])
     return images[:train], masks[:train], images[train:], masks[train:]
 
 
@@ -47,14 +50,16 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mask", default="vessel", help='phantom mask to learn, e.g. "vessel" or "hard_exudate"')
     arguments = parser.parse_args()
     torch.set_num_threads(1)
 
     started = time.perf_counter()
     train_images, train_masks, test_images, test_masks = phantom_images(arguments.train, arguments.test,
-                                                                        arguments.size, seed=arguments.seed)
+                                                                        arguments.size, seed=arguments.seed,
+                                                                        mask=arguments.mask)
     print(f"rendered {arguments.train} + {arguments.test} images at {arguments.size} px in "
-          f"{time.perf_counter() - started:.1f} s; vessel fraction {train_masks.mean():.3f}")
+          f"{time.perf_counter() - started:.1f} s; {arguments.mask} fraction {train_masks.mean():.4f}")
 
     torch.manual_seed(arguments.seed)
     model = UNet(3, 1, base_width=arguments.width, depth=4)

@@ -72,3 +72,12 @@ def fixture_project(tmp_path) -> Path:
         """))
     (book / "intro.md").write_text("# Fixture book\n\nA book built from executed fixture notebooks.\n")
     return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tests use one CPU thread: tiny models run faster so, and CI's two cores are shared with other work."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

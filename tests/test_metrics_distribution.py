@@ -79,6 +79,12 @@ def test_streaming_frechet_with_image_extractor():
     assert metric.compute().value == pytest.approx(0.0, abs=1e-8)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         metric.update(images * 3, real=True)
+    # A feature-tap extractor returning a list of maps: the chosen tap is average-pooled.
+    taps = FrechetDistance(lambda x: [x, x[:, :2] * 2], "taps", tap=1)
+    taps.update(images, real=True)
+    taps.update(images[:, [1, 0, 2]], real=False)
+    pooled = images.mean(dim=(2, 3)).double().numpy()[:, :2] * 2
+    assert taps.compute().value == pytest.approx(frechet_distance(pooled, pooled[:, [1, 0]]), rel=1e-9)
 
 
 def test_frechet_validation_messages():

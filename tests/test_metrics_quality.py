@@ -187,19 +187,24 @@ def test_paired_image_metric_accumulates_like_one_batch():
     assert float(accumulator.compute()) == pytest.approx(float(ssim(a, b)), abs=1e-6)
 
 
-def test_lpips_needs_local_weights(tmp_path):
+def test_lpips_needs_local_weights(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="missing"):
         load_lpips(tmp_path / "absent.pth")
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    with pytest.raises(ValueError, match="alexnet-owt-7be5be79.pth"):
+        load_lpips()
 
 
-def test_lpips_from_local_backbone_file(tmp_path):
+def test_lpips_from_local_backbone_file(tmp_path, monkeypatch):
     import torchvision
 
     torch.manual_seed(0)
     backbone = torchvision.models.alexnet(weights=None)
-    path = tmp_path / "alexnet.pth"
+    path = tmp_path / "hub" / "checkpoints" / "alexnet-owt-7be5be79.pth"
+    path.parent.mkdir(parents=True)
     torch.save({k: v for k, v in backbone.state_dict().items() if k.startswith("features")}, path)
-    model = load_lpips(path, net="alex")
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    model = load_lpips(net="alex")  # found in $TORCH_HOME/hub/checkpoints, torchvision's cache layout
     assert torch.equal(model.net.slice1[0].weight, backbone.features[0].weight)
     a, b = _pair(3, size=64)
     assert float(lpips_distance(a, a, model)) == pytest.approx(0.0, abs=1e-6)

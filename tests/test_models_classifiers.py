@@ -14,15 +14,6 @@ from anonpaper.models.embedding import ArcFaceHead, EmbeddingNet
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: the tiny models here gain nothing from more, and the test machines are shared."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.mark.parametrize("name", ["small_cnn", "resnet10t", "resnet18d"])
 def test_build_classifier_shapes(name):
     torch.manual_seed(0)

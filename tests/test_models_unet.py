@@ -9,15 +9,6 @@ from anonpaper.models.unet import UNet
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: the tiny models here gain nothing from more, and the test machines are shared."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def test_unet_output_shape_and_feature_taps():
     torch.manual_seed(0)
     model = UNet(3, 2, base_width=4, depth=4).eval()

@@ -10,15 +10,6 @@ from anonpaper.models.stylegan import (PYRAMID_DISTANCE_NAME, StyleGenerator, fe
                                        laplacian_pyramid_distance, project)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """One intra-op thread: the test machine is shared, and 2-thread kernels thrash under load."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def _generator(name: str) -> StyleGenerator:
     G = StyleGenerator(get_config(name), seed=0)
     with torch.no_grad():

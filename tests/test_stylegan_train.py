@@ -9,14 +9,6 @@ from anonpaper.models.stylegan import (AdaptiveAugmentController, ResidualDiscri
                                        adaptive_augment, diff_augment, get_config)
 from anonpaper.train.gan import GANTrainingConfig, train_gan
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """One intra-op thread: the test machine is shared, and 2-thread kernels thrash under load."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
 
 def _data(count: int = 12, channels: int = 3, seed: int = 0) -> torch.Tensor:
     return torch.rand(count, channels, 32, 32, generator=torch.Generator().manual_seed(seed))

@@ -11,15 +11,6 @@ from anonpaper.train.loop import as_image_tensor, fit
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: the tiny models here gain nothing from more, and the test machines are shared."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 class _Interrupt(Exception):
     pass
 

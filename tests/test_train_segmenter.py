@@ -13,15 +13,6 @@ from anonpaper.train.segmenter import _patch_grid, dice_score, dual_threshold, s
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: the tiny models here gain nothing from more, and the test machines are shared."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def test_dual_threshold_matches_skimage_hysteresis_with_4_connectivity():
     rng = np.random.default_rng(0)
     probability = rng.random((3, 40, 40))  # continuous: ties with the thresholds have probability zero
@@ -127,3 +118,35 @@ def test_bce_plus_dice_loss_runs_and_decreases():
     result = train_segmenter(UNet(1, 1, base_width=2, depth=2), images, masks, epochs=3, patch_size=None,
                              batch_size=4, lr=1e-2, loss="bce+dice", seed=0, device="cpu", progress=False)
     assert result.history["train_loss"].iloc[-1] < result.history["train_loss"].iloc[0]
+
+
+def test_segmenter_training_is_deterministic_and_resumes(tmp_path, monkeypatch):
+    from anonpaper.train import segmenter as module
+
+    images, masks = _lines(6, 4, size=16)
+    original_fit = module.fit
+    stop_after = {"epoch": None}
+
+    def interrupt(epoch, row):
+        if epoch == stop_after["epoch"]:
+            raise KeyboardInterrupt
+
+    # Simulate an interruption after an epoch through fit's on_epoch_end hook.
+    monkeypatch.setattr(module, "fit", lambda *args, **kwargs: original_fit(*args, on_epoch_end=interrupt, **kwargs))
+
+    def run(checkpoint=None):
+        torch.manual_seed(0)
+        model = UNet(1, 1, base_width=2, depth=2, dropout=0.1)
+        result = train_segmenter(model, images, masks, epochs=3, patch_size=8, batch_size=4, lr=1e-2,
+                                 augment=FlipShiftScaleRotate(0.5, 0.5), seed=3, device="cpu",
+                                 checkpoint_path=checkpoint, progress=False)
+        return torch.cat([p.reshape(-1) for p in result.model.state_dict().values()])
+
+    first, second = run(), run()
+    assert torch.equal(first, second)
+    path = tmp_path / "segmenter.pt"
+    stop_after["epoch"] = 1
+    with pytest.raises(KeyboardInterrupt):
+        run(path)
+    stop_after["epoch"] = None
+    assert torch.equal(run(path), first)

@@ -18,7 +18,7 @@ import torch
 from anonpaper.data.cohort import Cohort
 from anonpaper.metrics.classification import accuracy, auroc, balanced_accuracy, macro_f1
 from anonpaper.metrics.identity import fs_sift, verification_auc
-from anonpaper.metrics._validation import images_from_uint8
+from anonpaper.metrics import images_from_uint8
 from anonpaper.runtime import get_device
 
 

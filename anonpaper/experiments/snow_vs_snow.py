@@ -86,6 +86,8 @@ class SnowVsSnowConfig:
         segmenter_epochs: Segmenter epochs (FR-UNet: 40).
         segmenter_patch: Square training patch side (FR-UNet: 48; must be a multiple of 8).
         segmenter_patches_per_epoch: Random patches per epoch (None: as many as tile the images once).
+        segmenter_lr: Segmenter Adam learning rate (FR-UNet: 1e-4; short CPU schedules need more).
+        segmenter_loss: ``"bce"`` (FR-UNet) or ``"bce+dice"`` (converges faster on thin vessels).
         vessel_source: ``"segmenter"`` (paper: VS-Snow uses predicted vessels) or ``"ground_truth"`` (the cohort's
             own vessel masks; an upper bound for VS-Snow's targeting).
         snow_mask_mode: ``"per_channel"`` (paper: each RGB channel draws its own pixels) or ``"per_location"``.
@@ -109,6 +111,8 @@ class SnowVsSnowConfig:
     segmenter_epochs: int = 40
     segmenter_patch: int = 48
     segmenter_patches_per_epoch: int | None = None
+    segmenter_lr: float = 1e-4
+    segmenter_loss: str = "bce"
     vessel_source: str = "segmenter"
     snow_mask_mode: str = "per_channel"
     vs_window: int = 5
@@ -128,6 +132,8 @@ class SnowVsSnowConfig:
             (self.segmenter in ("frunet", "unet"), f"segmenter must be 'frunet' or 'unet', got {self.segmenter!r}"),
             (isinstance(self.segmenter_patch, int) and self.segmenter_patch % 8 == 0 and self.segmenter_patch > 0,
              f"segmenter_patch must be a positive multiple of 8, got {self.segmenter_patch!r}"),
+            (self.segmenter_loss in ("bce", "bce+dice"),
+             f"segmenter_loss must be 'bce' or 'bce+dice', got {self.segmenter_loss!r}"),
             (self.vessel_source in ("segmenter", "ground_truth"),
              f"vessel_source must be 'segmenter' or 'ground_truth', got {self.vessel_source!r}"),
             (self.snow_mask_mode in ("per_channel", "per_location"),
@@ -146,7 +152,7 @@ class SnowVsSnowConfig:
 
     def segmenter_description(self) -> dict[str, Any]:
         names = ("segmenter", "segmenter_width", "segmenter_epochs", "segmenter_patch", "segmenter_patches_per_epoch",
-                 "seed")
+                 "segmenter_lr", "segmenter_loss", "seed")
         return {name: getattr(self, name) for name in names}
 
 
@@ -321,6 +327,7 @@ def train_vessel_segmenter(arrays: CohortArrays, config: SnowVsSnowConfig, devic
                                  epochs=config.segmenter_epochs,
                                  patch_size=min(config.segmenter_patch, arrays.images["train"].shape[1]),
                                  patches_per_epoch=config.segmenter_patches_per_epoch, batch_size=16,
+                                 lr=config.segmenter_lr, loss=config.segmenter_loss,
                                  val=(arrays.images["val"], arrays.vessels["val"]), seed=config.seed, device=device,
                                  progress=progress)
         return {"model": result.model.cpu(), "history": result.history, "best_epoch": result.best_epoch,
@@ -597,12 +604,12 @@ def run_experiment(arrays: CohortArrays, config: SnowVsSnowConfig, device: torch
             examples[f"{METHOD_LABELS[method]} p={p:g}"] = test_images[0].copy()
             record(method, p, "sex", score(attacker, test_images, arrays.sex["test"], arrays.patients["test"],
                                            "sex", config, device))
-        description = {"cohort": arrays.description, "method": method, "p": p,
-                       "obfuscation": None if method == "original" else
-                       {"mask_mode": config.snow_mask_mode, "window": config.vs_window,
-                        "vessels": config.vessel_source,
-                        "segmenter": config.segmenter_description() if config.vessel_source == "segmenter"
-                        else None}}
+        # What the DR model's training images are: only the settings of this version's method enter the key.
+        obfuscation = {"snow": {"mask_mode": config.snow_mask_mode, "channel_means": means.tolist()},
+                       "vs_snow": {"window": config.vs_window, "vessels": config.vessel_source,
+                                   "segmenter": config.segmenter_description()
+                                   if config.vessel_source == "segmenter" else None}}.get(method)
+        description = {"cohort": arrays.description, "method": method, "p": p, "obfuscation": obfuscation}
         model, info = train_task_classifier("dr", (train_images, arrays.dr["train"]), (val_images, arrays.dr["val"]),
                                             config, description, device=device, progress=progress)
         name = f"DR classifier ({METHOD_LABELS[method]}{'' if method == 'original' else f' p={p:g}'})"

@@ -10,6 +10,7 @@ No check modifies its input; conversions return new tensors.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -230,3 +231,25 @@ def check_reduction(reduction: str) -> str:
     if reduction not in ("mean", "none"):
         raise ValueError(f"reduction: expected 'mean' or 'none', observed {reduction!r}")
     return reduction
+
+
+def resolve_local_weights(weights_path: str | Path | None, torchvision_filename: str, what: str) -> Path:
+    """Find a local weights file: ``weights_path`` if given, else torchvision's cache file
+    ``$TORCH_HOME/hub/checkpoints/<torchvision_filename>`` (where a previous online run would have stored it).
+    Never downloads.
+
+    Raises:
+        ValueError: If no such file exists, naming the paths that were tried.
+    """
+    import torch.hub
+
+    candidates = [Path(weights_path).expanduser()] if weights_path is not None else [
+        Path(torch.hub.get_dir()) / "checkpoints" / torchvision_filename
+    ]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise ValueError(
+        f"{what}: expected an existing local weights file, observed missing {', '.join(map(str, candidates))} "
+        "(weights are never downloaded)"
+    )

@@ -21,7 +21,7 @@ import scipy.linalg
 import torch
 import torch.nn.functional as F
 
-from ._validation import check_features, check_images, check_positive_int
+from ._validation import check_features, check_images, check_positive_int, resolve_local_weights
 
 __all__ = [
     "DistributionScore",
@@ -143,6 +143,7 @@ def frechet_distance(features_first, features_second, method: str = "sqrtm") -> 
         features_first: ``(N1, D)`` features, ``N1 >= 2``.
         features_second: ``(N2, D)`` features, ``N2 >= 2``.
         method: ``"sqrtm"`` or ``"eigh"``, see :func:`frechet_distance_from_statistics`.
+        tap: Index of the feature map used when the extractor returns a list (default: the last one).
 
     Returns:
         Non-negative float; lower is closer; 0 for identical sets; ``||c||^2`` when the second set is the first
@@ -186,8 +187,9 @@ class FrechetDistance:
     """Streaming Frechet distance on a named feature extractor.
 
     Args:
-        extractor: Callable mapping ``(N, C, H, W)`` images in ``[0, 1]`` to ``(N, D)`` features (run under
-            ``torch.no_grad``). ``None`` means :meth:`update` receives features directly.
+        extractor: Callable mapping ``(N, C, H, W)`` images in ``[0, 1]`` to ``(N, D)`` features, to feature maps
+            ``(N, D, h, w)`` (globally average-pooled to ``(N, D)``), or to a list of feature maps (tap ``tap`` is
+            used, then pooled). Run under ``torch.no_grad``. ``None`` means :meth:`update` receives features.
         extractor_name: Short name of the extractor; the result is called ``"FD-<extractor_name>"`` unless
             ``official_fid`` is set (then ``"FID"``).
         official_fid: Only for the Inception-v3 extractor of :func:`load_inception_extractor`.
@@ -207,6 +209,7 @@ class FrechetDistance:
         extractor_name: str,
         official_fid: bool = False,
         method: str = "sqrtm",
+        tap: int = -1,
     ) -> None:
         if not isinstance(extractor_name, str) or not extractor_name:
             raise ValueError(f"extractor_name: expected a non-empty string, observed {extractor_name!r}")
@@ -214,7 +217,7 @@ class FrechetDistance:
             raise ValueError(f"extractor: expected a callable or None, observed {type(extractor).__name__}")
         if method not in ("sqrtm", "eigh"):
             raise ValueError(f"method: expected 'sqrtm' or 'eigh', observed {method!r}")
-        self.extractor, self.extractor_name, self.method = extractor, extractor_name, method
+        self.extractor, self.extractor_name, self.method, self.tap = extractor, extractor_name, method, int(tap)
         self.name = "FID" if official_fid else f"FD-{extractor_name}"
         self.reset()
 
@@ -228,8 +231,14 @@ class FrechetDistance:
         check_images(batch, "images")
         with torch.no_grad():
             output = self.extractor(batch)
-        if isinstance(output, torch.Tensor) and output.ndim > 2:
-            output = output.flatten(1)
+        if isinstance(output, (list, tuple)):
+            # A feature-tap network (e.g. the U-Net's forward_features): use the chosen tap.
+            if not output:
+                raise ValueError(f"{self.extractor_name}: expected a non-empty list of feature maps, observed []")
+            output = output[self.tap]
+        if isinstance(output, torch.Tensor) and output.ndim == 4:
+            # Global average pooling, as Inception's pool3: flattening maps would give D in the tens of thousands.
+            output = output.mean(dim=(2, 3))
         return check_features(output, f"{self.extractor_name} features")
 
     def update(self, batch, real: bool) -> None:
@@ -484,8 +493,11 @@ class SlicedWassersteinDistance:
 # Official FID from a local Inception-v3 file.
 
 
-def load_inception_extractor(weights_path: str | Path) -> Callable[[torch.Tensor], torch.Tensor]:
+def load_inception_extractor(weights_path: str | Path | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
     """An Inception-v3 pool-feature extractor (2048-d) from a LOCAL torchvision state dict; never downloads.
+
+    ``weights_path=None`` looks for torchvision's cached ``inception_v3_google-0cc3c7bd.pth`` in
+    ``$TORCH_HOME/hub/checkpoints``.
 
     Images are resized to 299x299 (bilinear), grey repeated to RGB, and normalised with ImageNet statistics as
     torchvision's weights expect. Note: the TF-FID reference uses the 2015 TensorFlow Inception graph; torchvision's
@@ -496,12 +508,10 @@ def load_inception_extractor(weights_path: str | Path) -> Callable[[torch.Tensor
     """
     import torchvision
 
-    path = Path(weights_path).expanduser()
-    if not path.is_file():
-        raise ValueError(
-            f"weights_path: expected an existing local Inception-v3 state dict, observed missing {path}; "
-            "without it use FrechetDistance with a cohort-trained extractor (named FD-<network>)"
-        )
+    path = resolve_local_weights(
+        weights_path, "inception_v3_google-0cc3c7bd.pth",
+        "Inception-v3 for FID (without it use FrechetDistance with a cohort-trained extractor, named FD-<network>)",
+    )
     state = torch.load(path, map_location="cpu", weights_only=True)
     # Cheap key check before building the (slow to initialise) network.
     if not isinstance(state, dict) or "Mixed_7c.branch_pool.conv.weight" not in state:

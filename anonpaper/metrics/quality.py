@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from ._validation import check_image_pair, check_positive_int, check_reduction
+from ._validation import check_image_pair, check_positive_int, check_reduction, resolve_local_weights
 
 __all__ = [
     "mse",
@@ -279,14 +279,18 @@ def domain_lpips(
     return _reduce(total, reduction)
 
 
-def load_lpips(weights_path: str | Path, net: str = "alex") -> torch.nn.Module:
+TORCHVISION_BACKBONE_FILES = {"alex": "alexnet-owt-7be5be79.pth", "vgg": "vgg16-397923af.pth"}
+
+
+def load_lpips(weights_path: str | Path | None = None, net: str = "alex") -> torch.nn.Module:
     """Build the official LPIPS metric from a LOCAL ImageNet backbone file; never downloads.
 
     The linear calibration heads ship inside the ``lpips`` package; only the backbone (torchvision ``alexnet`` or
     ``vgg16`` state dict, keys ``features.<i>.weight``/``bias``) must come from ``weights_path``.
 
     Args:
-        weights_path: Path to a torchvision state dict (``.pth``) of the backbone.
+        weights_path: Path to a torchvision state dict (``.pth``) of the backbone; ``None`` looks for torchvision's
+            cached file in ``$TORCH_HOME/hub/checkpoints`` (``alexnet-owt-7be5be79.pth`` / ``vgg16-397923af.pth``).
         net: ``"alex"`` or ``"vgg"``.
 
     Returns:
@@ -299,12 +303,10 @@ def load_lpips(weights_path: str | Path, net: str = "alex") -> torch.nn.Module:
 
     if net not in ("alex", "vgg"):
         raise ValueError(f"net: expected 'alex' or 'vgg', observed {net!r}")
-    path = Path(weights_path).expanduser()
-    if not path.is_file():
-        raise ValueError(
-            f"weights_path: expected an existing local backbone file for LPIPS-{net}, observed missing {path}; "
-            "official LPIPS is unavailable without it (use feature_tap_distance with a cohort-trained network)"
-        )
+    path = resolve_local_weights(
+        weights_path, TORCHVISION_BACKBONE_FILES[net],
+        f"LPIPS-{net} backbone (without it use feature_tap_distance with a cohort-trained network)",
+    )
     state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]

@@ -65,8 +65,8 @@ class GANTrainingConfig:
         generator_lr: Adam learning rate of G (0.0025 in both papers and paper 1).
         discriminator_lr: Adam learning rate of D (0.0025; paper 1 uses 0.002).
         betas: Adam betas ((0, 0.99)).
-        r1_gamma: R1 weight (10 for StyleGAN2 at 256 px in ADA's auto config is 0.0002 * res^2 / batch; set per
-            dataset). 0 disables.
+        r1_gamma: R1 weight gamma (default 1, GMIA's value; ADA's automatic rule is
+            ``0.0002 * resolution ** 2 / batch_size``, about 0.8 at 256 px with batch 16). 0 disables.
         r1_interval: Lazy R1 interval (16).
         path_length_weight: Path-length weight (2 for StyleGAN2; 0 for StyleGAN3, which disables it).
         path_length_interval: Lazy path-length interval (4).

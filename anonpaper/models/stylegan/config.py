@@ -115,7 +115,7 @@ _NAMED: dict[str, StyleGANConfig] = {
     "sg3t-cpu64": StyleGANConfig(architecture="sg3t", resolution=64, z_dim=64, w_dim=64, channel_base=2048,
                                  channel_max=64, discriminator_channel_base=2048, discriminator_channel_max=64,
                                  sg3_num_layers=6, sg3_margin_size=6,
-                                 description="SG3-T 64px, 6 layers, widths 16-64 (CPU smoke/quick)"),
+                                 description="SG3-T 64px, 6 layers, widths 32-64 (CPU smoke/quick)"),
     # The papers' sizes.
     "sg2-paper256": StyleGANConfig(architecture="sg2", resolution=256, z_dim=512, w_dim=512, mapping_layers=8,
                                    channel_base=16384, channel_max=512, discriminator_channel_base=16384,

@@ -81,7 +81,7 @@ class FourierInput(nn.Module):
         Always computed in float32 (autocast disabled): sines of large phase arguments are meaningless in 16 bits.
         """
         with torch.autocast(device_type=transform.device.type, enabled=False):
-            return self._fourier_features(transform.float())
+            return self._fourier_features(transform if transform.dtype == torch.float64 else transform.float())
 
     def _fourier_features(self, transform: torch.Tensor) -> torch.Tensor:
         batch = transform.shape[0]
@@ -99,7 +99,7 @@ class FourierInput(nn.Module):
         x = torch.einsum("hwd,ncd->nhwc", self.grid[0].to(t.dtype), frequencies)
         x = x + phases[:, None, None, :]
         x = torch.sin(x * (2 * math.pi)) * amplitudes[:, None, None, :]
-        x = x @ (self.weight / math.sqrt(self.channels)).t()
+        x = x @ (self.weight.to(x.dtype) / math.sqrt(self.channels)).t()
         return x.permute(0, 3, 1, 2)
 
 
