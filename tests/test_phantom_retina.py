@@ -29,7 +29,7 @@ def test_config_validation_names_the_problem():
         RetinaPhantomConfig(dr_grade_probabilities=(0.5, 0.5, 0.5, 0, 0))
     with pytest.raises(ValueError, match="images_per_patient"):
         RetinaPhantomConfig(images_per_patient=(3, 2))
-    with pytest.raises(ValueError, match="unknown option"):
+    with pytest.raises(ValueError, match="unknown phantom-retina option"):
         load_phantom_retina(n_patient=3)
 
 

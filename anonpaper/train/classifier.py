@@ -18,6 +18,7 @@ from anonpaper.models.classifiers import FocalLoss, balanced_class_weights
 from anonpaper.models.normalization import InputNormalization, channel_statistics
 from anonpaper.runtime import content_hash, get_device
 from anonpaper.train.loop import (TrainResult, as_image_tensor, as_label_tensor, batched_forward, fit,
+                                  labelled_minibatches,
                                   model_device)
 
 
@@ -99,17 +100,7 @@ def train_classifier(model: nn.Module, train: tuple[Any, Any], val: tuple[Any, A
     mean, std = channel_statistics(train_images)
     wrapped = InputNormalization(model, mean, std)
     count = train_images.shape[0]
-
-    def batches(epoch: int, generator: torch.Generator):
-        order = torch.randperm(count, generator=generator)
-        for start in range(0, count, batch_size):
-            index = order[start:start + batch_size]
-            if index.numel() < 2:
-                continue
-            images = train_images[index]
-            if augment is not None:
-                images = augment(images, generator)
-            yield images, train_labels[index]
+    batches = labelled_minibatches(train_images, train_labels, batch_size, augment)
 
     def step(network: nn.Module, batch) -> torch.Tensor:
         images, labels = batch

@@ -18,7 +18,8 @@ from torch.nn import functional as F
 from anonpaper.models.embedding import ArcFaceHead
 from anonpaper.models.normalization import InputNormalization, channel_statistics
 from anonpaper.runtime import content_hash, get_device
-from anonpaper.train.loop import TrainResult, as_image_tensor, batched_forward, fit, model_device
+from anonpaper.train.loop import (TrainResult, as_image_tensor, batched_forward, fit, labelled_minibatches,
+                                  model_device)
 
 
 def rank1_accuracy(embeddings: np.ndarray, identities: np.ndarray) -> float:
@@ -95,17 +96,7 @@ def train_embedding(model: nn.Module, images: Any, identities: Any, *, epochs: i
         head = ArcFaceHead(int(dimension), int(identity_values.size), s=s, m=m)
     parts = nn.ModuleDict({"model": wrapped, "head": head})
     count = image_tensor.shape[0]
-
-    def batches(epoch: int, generator: torch.Generator):
-        order = torch.randperm(count, generator=generator)
-        for start in range(0, count, batch_size):
-            index = order[start:start + batch_size]
-            if index.numel() < 2:
-                continue
-            batch = image_tensor[index]
-            if augment is not None:
-                batch = augment(batch, generator)
-            yield batch, label_tensor[index]
+    batches = labelled_minibatches(image_tensor, label_tensor, batch_size, augment)
 
     def step(network: nn.ModuleDict, batch) -> torch.Tensor:
         batch_images, batch_labels = batch

@@ -262,6 +262,27 @@ def fit(model: nn.Module, *, batches: Callable[[int, torch.Generator], Iterable[
                        best_score=float(best_score), monitor=monitor, mode=mode, stopped_early=stopped_early)
 
 
+def labelled_minibatches(images: torch.Tensor, labels: torch.Tensor, batch_size: int,
+                         augment: Callable[..., torch.Tensor] | None = None
+                         ) -> Callable[[int, torch.Generator], Iterable[tuple[torch.Tensor, torch.Tensor]]]:
+    """The ``batches`` callable of :func:`fit` for (image, label) data: a fresh shuffle each epoch from the epoch's
+    generator, optional augmentation from the same generator, and no batch of one (BatchNorm cannot train on it)."""
+    count = images.shape[0]
+
+    def batches(epoch: int, generator: torch.Generator):
+        order = torch.randperm(count, generator=generator)
+        for start in range(0, count, batch_size):
+            index = order[start:start + batch_size]
+            if index.numel() < 2:
+                continue
+            batch = images[index]
+            if augment is not None:
+                batch = augment(batch, generator)
+            yield batch, labels[index]
+
+    return batches
+
+
 def _progress_factory(enabled: bool):
     if not enabled:
         return lambda iterable, **_: iterable

@@ -36,7 +36,7 @@ GMIA filter (>= 20 images per patient) leaves a usable cohort.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ import pandas as pd
 from anonpaper.data.cohort import SPLITS, Cohort
 from anonpaper.data.phantoms.drawing import (LRUCache, blob_polygon, derive_seed, draw_polyline, fill_polygon,
                                              gaussian_blur, smooth_noise, to_uint8)
+from anonpaper.data.phantoms.base import RenderedPhantomCohort, load_phantom
 from anonpaper.data.splits import patient_split
 
 FINDINGS = ("pleural_effusion", "lung_opacity", "atelectasis", "cardiomegaly", "support_devices")
@@ -650,7 +651,7 @@ def build_cxr_table(config: CXRPhantomConfig) -> pd.DataFrame:
     return table[leading + [column for column in table.columns if column not in leading]]
 
 
-class CXRPhantomCohort(Cohort):
+class CXRPhantomCohort(RenderedPhantomCohort):
     """Phantom chest radiographs: uint8 (H, W) grayscale images rendered on demand, masks in ``MASK_NAMES``.
 
     The ``split`` column is a patient-level 70/10/20 split (``patient_split``, stratified by cardiomegaly).
@@ -682,24 +683,16 @@ class CXRPhantomCohort(Cohort):
 
         return self._render_cache.get(str(row["image_id"]), compute)
 
-    def _read_image(self, row: pd.Series) -> np.ndarray:
-        return self._render(row)[0].copy()
-
-    def _read_masks(self, row: pd.Series) -> dict[str, np.ndarray]:
-        return {name: mask.copy() for name, mask in self._render(row)[1].items()}
 
 
-def load_phantom_cxr(root: str | Path | None = None, **options: Any) -> CXRPhantomCohort:
-    """Registry loader of ``phantom-cxr``: ``options`` are :class:`CXRPhantomConfig` fields; ``root`` is ignored.
+def load_phantom_cxr(root: str | Path | None = None, **options: Any) -> Cohort:
+    """Registry loader of ``phantom-cxr``: ``options`` are :class:`CXRPhantomConfig` fields; a ``root`` written by
+    :func:`anonpaper.data.export.write_cohort` is read instead.
 
     Raises:
         ValueError: For an unknown option (listing the known ones) or an invalid value.
     """
-    known = {item.name for item in fields(CXRPhantomConfig)}
-    unknown = set(options) - known
-    if unknown:
-        raise ValueError(f"unknown phantom-cxr option(s) {sorted(unknown)}; known: {sorted(known)}")
-    return CXRPhantomCohort(CXRPhantomConfig(**options))
+    return load_phantom("phantom-cxr", CXRPhantomConfig, CXRPhantomCohort, root, options)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ identity this keeps the class ratio in every part. Use ``cohort.table["split_wit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ import pandas as pd
 from anonpaper.data.cohort import SPLITS, Cohort
 from anonpaper.data.phantoms.drawing import (LRUCache, derive_seed, draw_polyline, gaussian_blur, smooth_noise,
                                              to_uint8)
+from anonpaper.data.phantoms.base import RenderedPhantomCohort, load_phantom
 from anonpaper.data.splits import patient_split
 
 MASK_NAMES = ("iris", "pupil", "occlusion", "lesion")
@@ -380,7 +381,7 @@ def build_iris_table(config: IrisPhantomConfig) -> pd.DataFrame:
     return table[leading + [column for column in table.columns if column not in leading]]
 
 
-class IrisPhantomCohort(Cohort):
+class IrisPhantomCohort(RenderedPhantomCohort):
     """Phantom NIR iris images: uint8 (H, W) grayscale rendered on demand, masks in ``MASK_NAMES``.
 
     ``split`` is subject-level (no subject in two splits); ``split_within_subject`` is the image-level split of
@@ -417,24 +418,16 @@ class IrisPhantomCohort(Cohort):
 
         return self._render_cache.get(str(row["image_id"]), compute)
 
-    def _read_image(self, row: pd.Series) -> np.ndarray:
-        return self._render(row)[0].copy()
-
-    def _read_masks(self, row: pd.Series) -> dict[str, np.ndarray]:
-        return {name: mask.copy() for name, mask in self._render(row)[1].items()}
 
 
-def load_phantom_iris(root: str | Path | None = None, **options: Any) -> IrisPhantomCohort:
-    """Registry loader of ``phantom-iris``: ``options`` are :class:`IrisPhantomConfig` fields; ``root`` is ignored.
+def load_phantom_iris(root: str | Path | None = None, **options: Any) -> Cohort:
+    """Registry loader of ``phantom-iris``: ``options`` are :class:`IrisPhantomConfig` fields; a ``root`` written by
+    :func:`anonpaper.data.export.write_cohort` is read instead.
 
     Raises:
         ValueError: For an unknown option (listing the known ones) or an invalid value.
     """
-    known = {item.name for item in fields(IrisPhantomConfig)}
-    unknown = set(options) - known
-    if unknown:
-        raise ValueError(f"unknown phantom-iris option(s) {sorted(unknown)}; known: {sorted(known)}")
-    return IrisPhantomCohort(IrisPhantomConfig(**options))
+    return load_phantom("phantom-iris", IrisPhantomConfig, IrisPhantomCohort, root, options)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from anonpaper.data.cohort import Cohort, dr_grade_to_3class
+from anonpaper.data.phantoms.base import load_phantom
 from anonpaper.data.phantoms.drawing import LRUCache, derive_seed
 from anonpaper.data.phantoms.retina_anatomy import (
     ARTERY, LESION_TYPES, MICROMETRES_PER_UNIT, VEIN, PatientAnatomy, PatientTraits, lesion_counts_for_grade,
@@ -288,18 +289,7 @@ def load_phantom_retina(root: str | Path | None = None, **options: Any) -> Cohor
     Raises:
         ValueError: For unknown options (listing the valid ones) or options together with a written ``root``.
     """
-    if root is not None:
-        from anonpaper.data.export import read_written_cohort
-
-        if options:
-            raise ValueError(f"phantom-retina: options {sorted(options)} cannot be applied to the cohort already "
-                             f"written at {root}; pass root=None to generate a new one")
-        return read_written_cohort(root)
-    valid = {f.name for f in dataclasses.fields(RetinaPhantomConfig)}
-    unknown = set(options) - valid
-    if unknown:
-        raise ValueError(f"phantom-retina: unknown option(s) {sorted(unknown)}; valid options: {sorted(valid)}")
-    return RetinaPhantomCohort(RetinaPhantomConfig(**options))
+    return load_phantom(NAME, RetinaPhantomConfig, RetinaPhantomCohort, root, options)
 
 
 # -- statistics for the cohort chapter ---------------------------------------------------------------------------
