@@ -186,9 +186,10 @@ def test_matched_privacy_gain_closed_form():
 
 
 def test_falls_with_p_and_vessel_share():
-    assert svs.falls_with_p([0.8, 0.7, 0.6], [0.01] * 3)
-    assert not svs.falls_with_p([0.8, 0.79, 0.795], [0.01] * 3)  # drop within noise
-    assert not svs.falls_with_p([0.8, 0.5, 0.7, 0.6], [0.01] * 4)  # a large rise on the way
+    assert svs.falls_with_p([0.8, 0.7, 0.6], [0.01] * 3) is True
+    assert svs.falls_with_p([0.8, 0.79, 0.795], [0.01] * 3) is None  # a drop within the noise: undecided
+    assert svs.falls_with_p([0.8, 0.5, 0.7, 0.6], [0.01] * 4) is False  # a large rise on the way
+    assert svs.falls_with_p([0.6, 0.65, 0.7], [0.01] * 3) is False  # rises overall
     scores = _scores(EXAMPLE)
     assert svs.vessel_share_of_drop(scores, "sex", 0.5) == pytest.approx(1.0)
     assert svs.vessel_share_of_drop(scores, "dr", 0.5) == pytest.approx(0.5)
