@@ -684,7 +684,6 @@ class CXRPhantomCohort(RenderedPhantomCohort):
         return self._render_cache.get(str(row["image_id"]), compute)
 
 
-
 def load_phantom_cxr(root: str | Path | None = None, **options: Any) -> Cohort:
     """Registry loader of ``phantom-cxr``: ``options`` are :class:`CXRPhantomConfig` fields; a ``root`` written by
     :func:`anonpaper.data.export.write_cohort` is read instead.

@@ -419,7 +419,6 @@ class IrisPhantomCohort(RenderedPhantomCohort):
         return self._render_cache.get(str(row["image_id"]), compute)
 
 
-
 def load_phantom_iris(root: str | Path | None = None, **options: Any) -> Cohort:
     """Registry loader of ``phantom-iris``: ``options`` are :class:`IrisPhantomConfig` fields; a ``root`` written by
     :func:`anonpaper.data.export.write_cohort` is read instead.
