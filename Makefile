@@ -6,7 +6,6 @@ PY := $(VENV)/bin/python
 ANONPAPER := $(VENV)/bin/anonpaper
 # Never fetch weights or data at run time; the cache lives where the user says (default ~/.cache/anonpaper).
 export HF_HUB_OFFLINE := 1
-export MPLBACKEND := Agg
 
 .PHONY: install book reproduce test test-unit test-notebooks clean-runs
 

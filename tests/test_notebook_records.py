@@ -40,3 +40,15 @@ def test_record_is_complete(name):
 
 def test_book_was_built():
     assert (ROOT / "runs" / PROFILE / "book" / "_build" / "html" / "index.html").is_file()
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_labelled_figures_have_images(name):
+    """Every cell labelled as a figure (mystnb metadata) produced a PNG, so the book shows it."""
+    import json
+
+    notebook = json.loads((ROOT / "runs" / PROFILE / f"{name}.ipynb").read_text())
+    missing = [cell["metadata"]["mystnb"]["figure"]["name"] for cell in notebook["cells"]
+               if cell["cell_type"] == "code" and "figure" in cell.get("metadata", {}).get("mystnb", {})
+               and not any("image/png" in output.get("data", {}) for output in cell.get("outputs", []))]
+    assert not missing, f"figure cells without an image output: {missing}"

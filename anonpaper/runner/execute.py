@@ -134,7 +134,9 @@ def run_study(registry: Registry, name: str, profile: str, overrides: dict[str, 
         "notebook": str(notebook_path),
     }
     variables = {RECORD_PATH_VARIABLE: str(notebook_record_path), "ANONPAPER_PROFILE": profile,
-                 "ANONPAPER_STUDY": study.name, "PYTHONHASHSEED": "0"}
+                 "ANONPAPER_STUDY": study.name, "PYTHONHASHSEED": "0",
+                 # Figures must reach the executed notebook as image outputs, whatever the caller's backend.
+                 "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
     log(f"{study.name} [{profile}]: executing {study.notebook.name} -> {notebook_path}")
     error_text = None
     try:
