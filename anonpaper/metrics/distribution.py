@@ -55,6 +55,18 @@ class DistributionScore:
     details: dict = field(default_factory=dict)
 
 
+def _check_feature_pair(features_first, features_second):
+    """Validate two feature sets (N1, D) and (N2, D), each with >= 2 rows; return them as float64 arrays."""
+    first = check_features(features_first, "features_first", min_rows=2)
+    second = check_features(features_second, "features_second", min_rows=2)
+    if first.shape[1] != second.shape[1]:
+        raise ValueError(
+            f"features_first and features_second: expected the same dimension D, observed {first.shape[1]} "
+            f"and {second.shape[1]}"
+        )
+    return first, second
+
+
 def _matrix_sqrt_product(covariance_first: np.ndarray, covariance_second: np.ndarray) -> np.ndarray:
     """sqrtm(S1 S2) in float64; on a singular product retry with 1e-6 added to both diagonals (as in TTUR/FID)."""
     product = covariance_first @ covariance_second
@@ -149,13 +161,7 @@ def frechet_distance(features_first, features_second, method: str = "sqrtm") -> 
         Non-negative float; lower is closer; 0 for identical sets; ``||c||^2`` when the second set is the first
         shifted by a constant vector ``c``. Symmetric.
     """
-    first = check_features(features_first, "features_first", min_rows=2)
-    second = check_features(features_second, "features_second", min_rows=2)
-    if first.shape[1] != second.shape[1]:
-        raise ValueError(
-            f"features_first and features_second: expected the same dimension D, observed {first.shape[1]} "
-            f"and {second.shape[1]}"
-        )
+    first, second = _check_feature_pair(features_first, features_second)
     return frechet_distance_from_statistics(*_statistics(first), *_statistics(second), method=method)
 
 
@@ -274,13 +280,7 @@ def kernel_inception_distance(
         ``(mean, standard deviation)`` over subsets; lower is closer; about 0 (can be slightly negative) for sets
         from the same distribution. Symmetric in distribution (the subset draws differ when swapped).
     """
-    first = check_features(features_first, "features_first", min_rows=2)
-    second = check_features(features_second, "features_second", min_rows=2)
-    if first.shape[1] != second.shape[1]:
-        raise ValueError(
-            f"features_first and features_second: expected the same dimension D, observed {first.shape[1]} "
-            f"and {second.shape[1]}"
-        )
+    first, second = _check_feature_pair(features_first, features_second)
     subset_size = min(check_positive_int(subset_size, "subset_size", minimum=2), first.shape[0], second.shape[0])
     subsets = check_positive_int(subsets, "subsets")
     generator = np.random.default_rng(seed)

@@ -60,6 +60,17 @@ class PretrainedModel:
         return self.val_metrics["val_dice"]
 
 
+def _pretrained_model(model, artifact: dict, cache, description, include_source: bool,
+                      from_cache: bool) -> "PretrainedModel":
+    """Load a cached artifact's weights into ``model`` (eval mode) and wrap it with its metadata."""
+    model.load_state_dict(artifact["state_dict"])
+    model.eval()
+    return PretrainedModel(model=model, val_metrics=dict(artifact["val_metrics"]),
+                           history=pd.DataFrame(artifact["history"]),
+                           cache_key=cache.key(description, include_source), from_cache=from_cache,
+                           description=description)
+
+
 def cohort_description(cohort: Any) -> dict:
     """What identifies a cohort's data for caching: name, length, a hash of its table and any phantom config."""
     table = cohort.table
@@ -110,12 +121,7 @@ def _trained_segmenter(cohort: Any, mask_name: str, *, base_width: int, depth: i
     from_cache = cache.exists(description, include_source)
     artifact = cache.get_or_create(description, build, include_source)
     model = InputNormalization(UNet(**artifact["unet"]), artifact["mean"], artifact["std"])
-    model.load_state_dict(artifact["state_dict"])
-    model.eval()
-    return PretrainedModel(model=model, val_metrics=dict(artifact["val_metrics"]),
-                           history=pd.DataFrame(artifact["history"]),
-                           cache_key=cache.key(description, include_source), from_cache=from_cache,
-                           description=description)
+    return _pretrained_model(model, artifact, cache, description, include_source, from_cache)
 
 
 def trained_vessel_segmenter(cohort: Any, *, base_width: int = 8, depth: int = 4, epochs: int = 30,
@@ -199,9 +205,4 @@ def trained_keypoint_detector(cohort: Any, *, base_width: int = 16, depth: int =
     from_cache = cache.exists(description, include_source)
     artifact = cache.get_or_create(description, build, include_source)
     model = KeypointNet(**artifact["config"])
-    model.load_state_dict(artifact["state_dict"])
-    model.eval()
-    return PretrainedModel(model=model, val_metrics=dict(artifact["val_metrics"]),
-                           history=pd.DataFrame(artifact["history"]),
-                           cache_key=cache.key(description, include_source), from_cache=from_cache,
-                           description=description)
+    return _pretrained_model(model, artifact, cache, description, include_source, from_cache)
