@@ -119,6 +119,25 @@ def test_fs_sift_identical_high_and_different_low():
         fs_sift(texture, other[:, :, :64])
 
 
+def test_sift_homography_similarity_survives_a_shift_but_not_another_image():
+    from anonpaper.metrics.identity import sift_homography_similarity
+
+    smooth = lambda seed: torch.nn.functional.avg_pool2d(  # noqa: E731 - blob texture SIFT finds keypoints in
+        torch.rand(1, 1, 140, 140, generator=torch.Generator().manual_seed(seed)), 5, stride=1, padding=2)
+    texture, other = smooth(0), smooth(1)
+    shifted = torch.roll(texture, shifts=(6, -4), dims=(2, 3))[..., 10:138, 10:138]
+    texture, other = texture[..., 10:138, 10:138], other[..., 10:138, 10:138]
+    scores = sift_homography_similarity(torch.cat([texture, texture, texture]), torch.cat([texture, shifted, other]),
+                                        reduction="none")
+    assert scores[0] > 0.9
+    assert scores[1] > 0.3  # a translation is a homography: most matches are inliers
+    assert scores[2] < 0.05  # unrelated textures: no geometrically consistent matches
+    # The plain match count is fooled far more by the unrelated texture than the verified one.
+    assert fs_sift(texture, other) >= scores[2]
+    with pytest.raises(ValueError, match="identical shapes"):
+        sift_homography_similarity(texture, other[:, :, :64])
+
+
 def test_verification_metrics_hand_computed():
     # similarity scores; labels 1 = same person
     scores = np.array([0.9, 0.8, 0.7, 0.4, 0.3, 0.2])

@@ -12,6 +12,8 @@ from torch.nn import functional as F
 
 from anonpaper.models.keypoints import KeypointNet, detect, detection_precision_recall, fs_sr
 from anonpaper.train.keypoints import (
+    acquisition_jitter,
+    cross_pair_views,
     descriptor_loss,
     focal_heatmap_loss,
     gaussian_heatmaps,
@@ -169,3 +171,91 @@ def test_training_validates_inputs():
                                 progress=False)
     with pytest.raises(ValueError, match="one array per image"):
         train_keypoint_detector(model, images, [np.zeros((0, 2))], epochs=1, progress=False)
+
+
+@pytest.mark.unit
+def test_acquisition_jitter_is_seeded_bounded_and_off_at_zero():
+    images = torch.rand(3, 3, 24, 24, generator=torch.Generator().manual_seed(0))
+    first = acquisition_jitter(images, torch.Generator().manual_seed(1), strength=1.0)
+    second = acquisition_jitter(images, torch.Generator().manual_seed(1), strength=1.0)
+    assert torch.equal(first, second) and first.shape == images.shape
+    assert first.min() >= 0 and first.max() <= 1 and not torch.allclose(first, images, atol=1e-3)
+    assert torch.equal(acquisition_jitter(images, torch.Generator().manual_seed(1), strength=0.0), images)
+    with pytest.raises(ValueError, match="strength"):
+        acquisition_jitter(images, torch.Generator(), strength=-1.0)
+
+
+@pytest.mark.unit
+def test_cross_pair_views_carry_keypoints_into_the_partner():
+    size = 48
+    points = torch.tensor([[[10.0, 12.0], [30.0, 20.0], [24.0, 35.0]]])
+    shift = (5, -3)  # the partner shows the same squares moved by (dx, dy) = shift
+    image, partner = torch.zeros(1, 3, size, size), torch.zeros(1, 3, size, size)
+    for x, y in points[0].long().tolist():
+        image[0, :, y - 1:y + 2, x - 1:x + 2] = 1.0
+        partner[0, :, y + shift[1] - 1:y + shift[1] + 2, x + shift[0] - 1:x + shift[0] + 2] = 1.0
+    transform = torch.tensor([[[1.0, 0.0, shift[0]], [0.0, 1.0, shift[1]]]])
+    all_valid = torch.ones(1, 3, dtype=torch.bool)
+    view_a, view_b, positions_b, valid_b, own_b, own_valid_b = cross_pair_views(
+        image, points, all_valid, partner, points + torch.tensor(shift, dtype=torch.float32), all_valid, transform,
+        torch.Generator().manual_seed(3), max_rotation_degrees=20, max_scale=0.1, max_shift=0.1, photometric=0.0)
+    assert torch.equal(view_a, image) and bool(valid_b.all()) and bool(own_valid_b.all())
+    assert torch.allclose(positions_b, own_b, atol=1e-4)  # the partner's own keypoints are the same anatomy
+    for x, y in positions_b[0].tolist():
+        row, column = int(round(y)), int(round(x))
+        assert view_b[0, 0, row - 1:row + 2, column - 1:column + 2].max() > 0.6, (x, y)
+    # A wrong map (identity) points at empty background of the partner, and is flagged invalid there.
+    _, view_b, wrong, wrong_valid, _, _ = cross_pair_views(
+        image, points, all_valid, partner, points, all_valid, torch.tensor([[[1.0, 0, 0], [0, 1.0, 0]]]),
+        torch.Generator().manual_seed(3), max_rotation_degrees=0, max_scale=0, max_shift=0, photometric=0.0)
+    assert not bool(wrong_valid.any())
+
+
+@pytest.mark.unit
+def test_pair_training_is_deterministic_and_validates_pairs():
+    rng = np.random.default_rng(0)
+    keypoints = [rng.integers(6, 26, (6, 2)).astype(np.float32) for _ in range(4)]
+    shifted = [points + np.float32([2, 1]) for points in keypoints]
+    images = np.stack([dotted_image(points, 32, texture_seed=index) for index, points in enumerate(keypoints)]
+                      + [dotted_image(points, 32, texture_seed=index) for index, points in enumerate(shifted)])
+    pairs = np.array([(index, index + 4) for index in range(4)] + [(index + 4, index) for index in range(4)])
+    transforms = np.array([[[1, 0, 2], [0, 1, 1]]] * 4 + [[[1, 0, -2], [0, 1, -1]]] * 4, dtype=np.float32)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(5)
+        model = KeypointNet(3, descriptor_dim=8, base_width=4, depth=2)
+        runs.append(train_keypoint_detector(model, images, keypoints + shifted, epochs=3, batch_size=4, lr=1e-2,
+                                            seed=2, distractors=8, acquisition_strength=1.0, dense_anchors=4,
+                                            pairs=pairs,
+                                            pair_transforms=transforms, device="cpu", progress=False))
+    for key, value in runs[0].model.state_dict().items():
+        assert torch.equal(value, runs[1].model.state_dict()[key]), key
+    assert np.all(np.isfinite(runs[0].history["train_loss"].to_numpy()))
+    model = KeypointNet(3, descriptor_dim=4, base_width=4, depth=2)
+    with pytest.raises(ValueError, match="pair_transforms"):
+        train_keypoint_detector(model, images, keypoints + shifted, epochs=1, pairs=pairs, progress=False)
+    with pytest.raises(ValueError, match="dense_anchors"):
+        train_keypoint_detector(model, images, keypoints + shifted, epochs=1, dense_anchors=-1, progress=False)
+    with pytest.raises(ValueError, match="pairs: indices"):
+        train_keypoint_detector(model, images, keypoints + shifted, epochs=1, pairs=pairs + 8,
+                                pair_transforms=transforms, progress=False)
+
+
+@pytest.mark.unit
+def test_cohort_pairs_map_keypoints_onto_the_partner_image():
+    from anonpaper.data.phantoms.retina import load_phantom_retina
+    from anonpaper.train.keypoints import cohort_keypoints, cohort_pairs
+
+    cohort = load_phantom_retina(n_patients=3, images_per_patient=(2, 2), image_size=64, seed=0)
+    pairs, transforms = cohort_pairs(cohort)
+    patients = cohort.table["patient_id"].to_numpy()
+    assert pairs.shape == (6, 2) and transforms.shape == (6, 2, 3)  # 3 patients x 2 ordered pairs
+    assert all(patients[first] == patients[second] and first != second for first, second in pairs)
+    points = cohort_keypoints(cohort)
+    for (first, second), transform in zip(pairs, transforms):
+        mapped = points[first] @ transform[:, :2].T + transform[:, 2]
+        distances = np.linalg.norm(mapped[:, None] - points[second][None], axis=2).min(axis=1)
+        # Most keypoints are visible in both acquisitions and land exactly on the partner's keypoint.
+        assert np.mean(distances < 0.01) > 0.7, distances
+    subset_pairs, _ = cohort_pairs(cohort, [2, 3])
+    assert subset_pairs.tolist() == [[0, 1], [1, 0]]

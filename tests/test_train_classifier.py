@@ -59,3 +59,20 @@ def test_classifier_rejects_labels_out_of_range():
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\)"):
         train_classifier(build_classifier("small_cnn", 3, 2), (train[0], train[1] + 1), val, epochs=1,
                          batch_size=4, device="cpu", progress=False)
+
+
+def test_cosine_lr_schedule_anneals_and_unknown_schedule_is_rejected():
+    train, val = _separable(16, 4), _separable(8, 5)
+    torch.manual_seed(0)
+    result = train_classifier(build_classifier("small_cnn", 3, 2), train, val, epochs=4, batch_size=8, lr=1e-2,
+                              lr_schedule="cosine", seed=0, device="cpu", progress=False)
+    rates = result.history["lr"].to_numpy()
+    # CosineAnnealingLR over 4 epochs: 1e-2 * (1 + cos(pi * t / 4)) / 2 for t = 0..3, logged before each step.
+    expected = 1e-2 * (1 + np.cos(np.pi * np.arange(4) / 4)) / 2
+    assert np.allclose(rates, expected, rtol=1e-6), rates
+    constant = train_classifier(build_classifier("small_cnn", 3, 2), train, val, epochs=2, batch_size=8, lr=1e-2,
+                                seed=0, device="cpu", progress=False)
+    assert np.allclose(constant.history["lr"].to_numpy(), 1e-2)
+    with pytest.raises(ValueError, match="lr_schedule must be"):
+        train_classifier(build_classifier("small_cnn", 3, 2), train, val, epochs=1, batch_size=8,
+                         lr_schedule="step", device="cpu", progress=False)

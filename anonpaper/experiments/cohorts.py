@@ -17,7 +17,7 @@ import torch
 
 from anonpaper.data.cohort import Cohort
 from anonpaper.metrics.classification import accuracy, auroc, balanced_accuracy, macro_f1
-from anonpaper.metrics.identity import fs_sift, verification_auc
+from anonpaper.metrics.identity import fs_sift, sift_homography_similarity, verification_auc
 from anonpaper.metrics import images_from_uint8
 from anonpaper.runtime import get_device
 
@@ -55,23 +55,32 @@ def identity_pairs(patient_ids: np.ndarray, n_pairs: int, seed: int) -> pd.DataF
 
 
 def identity_matching(cohort: Cohort, n_pairs: int, seed: int = 0) -> dict:
-    """How well FS_SIFT (keypoint matching on the raw images) tells same-patient pairs from different-patient ones.
+    """How well keypoint matching on the raw images tells same-patient pairs from different-patient ones.
+
+    Two matchers score every pair: FS_SIFT (paper 1's identity similarity: ratio-test SIFT matches / keypoints)
+    and the same SIFT matches after geometric verification (:func:`sift_homography_similarity`: LMEDS homography
+    inliers / keypoints), which is the identity matcher: a same-eye pair is one homography apart, a
+    different-eye pair is not.
 
     Returns:
-        dict with ``auroc`` (1 = identity perfectly matchable, 0.5 = chance), ``n_same``, ``n_different``,
-        mean scores of each kind, and ``pairs`` (the DataFrame with a ``score`` column).
+        dict with ``auroc`` (the verified matcher; 1 = identity perfectly matchable, 0.5 = chance),
+        ``auroc_fs_sift``, ``n_same``, ``n_different``, mean scores of each kind for both matchers, and ``pairs``
+        (the DataFrame with ``score`` (verified) and ``fs_sift`` columns).
     """
     pairs = identity_pairs(cohort.table["patient_id"].to_numpy(), n_pairs, seed)
     needed = np.unique(pairs[["first", "second"]].to_numpy())
     images = {index: cohort.image(int(index)) for index in needed}
     first = images_from_uint8(np.stack([images[index] for index in pairs["first"]]))
     second = images_from_uint8(np.stack([images[index] for index in pairs["second"]]))
-    pairs["score"] = fs_sift(first, second, reduction="none")
+    pairs["score"] = sift_homography_similarity(first, second, reduction="none")
+    pairs["fs_sift"] = fs_sift(first, second, reduction="none")
     same = pairs["same"].to_numpy()
-    return {"auroc": verification_auc(pairs["score"].to_numpy(), same, higher_means_same=True),
-            "n_same": int(same.sum()), "n_different": int((~same).sum()),
-            "mean_score_same": float(pairs.loc[same, "score"].mean()),
-            "mean_score_different": float(pairs.loc[~same, "score"].mean()), "pairs": pairs}
+    output = {"n_same": int(same.sum()), "n_different": int((~same).sum()), "pairs": pairs}
+    for key, column in (("", "score"), ("_fs_sift", "fs_sift")):
+        output[f"auroc{key}"] = verification_auc(pairs[column].to_numpy(), same, higher_means_same=True)
+        output[f"mean_score_same{key}"] = float(pairs.loc[same, column].mean())
+        output[f"mean_score_different{key}"] = float(pairs.loc[~same, column].mean())
+    return output
 
 
 def inpaint_vessels(images: np.ndarray, vessel_masks: np.ndarray, dilation: int = 1) -> np.ndarray:
@@ -116,6 +125,7 @@ class LearnabilityResult:
 
 def learnability(cohort: Cohort, label: str, *, backbone: str, epochs: int, batch_size: int = 32,
                  lr: float = 1e-3, seed: int = 0, split_column: str = "split", loss: str = "ce",
+                 lr_schedule: str = "constant", augment: Callable[..., torch.Tensor] | None = None,
                  transform: Callable[[Cohort, np.ndarray], np.ndarray] | None = None,
                  images: np.ndarray | None = None, progress: bool = False) -> LearnabilityResult:
     """Train a classifier from scratch on ``label`` (train split, model selection on val) and test it.
@@ -124,7 +134,8 @@ def learnability(cohort: Cohort, label: str, *, backbone: str, epochs: int, batc
         cohort: Any cohort; rows with a missing or negative (uncertain) label are dropped.
         label: Table column to predict (strings or integers; classes are the sorted values).
         backbone: Name for :func:`anonpaper.models.classifiers.build_classifier`.
-        epochs, batch_size, lr, seed, loss: Training settings (see :func:`anonpaper.train.classifier.train_classifier`).
+        epochs, batch_size, lr, seed, loss, lr_schedule, augment: Training settings (see
+            :func:`anonpaper.train.classifier.train_classifier`).
         split_column: Column with "train"/"val"/"test" (e.g. ``split_within_subject`` for identity of known
             subjects).
         transform: Optional ``(cohort, images) -> images`` applied to every image first (e.g. vessel removal).
@@ -159,7 +170,8 @@ def learnability(cohort: Cohort, label: str, *, backbone: str, epochs: int, batc
     channels = 1 if images.ndim == 3 else images.shape[-1]
     model = build_classifier(backbone, in_channels=channels, num_classes=len(classes))
     result = train_classifier(model, parts["train"], parts["val"], epochs=epochs, batch_size=batch_size, lr=lr,
-                              loss=loss, seed=seed, device=get_device(), progress=progress)
+                              loss=loss, lr_schedule=lr_schedule, augment=augment, seed=seed, device=get_device(),
+                              progress=progress)
     probabilities = predict_proba(result.model, parts["test"][0])
     truth = parts["test"][1]
     predicted = probabilities.argmax(axis=1)

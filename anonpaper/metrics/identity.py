@@ -29,6 +29,8 @@ from ._validation import (
 
 __all__ = [
     "fs_sift",
+    "sift_features",
+    "sift_homography_similarity",
     "match_descriptors",
     "keypoint_similarity",
     "vessel_bifurcations",
@@ -81,6 +83,21 @@ def match_descriptors(descriptors_first, descriptors_second, ratio: float = 0.75
     return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
 
 
+def sift_features(image: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """OpenCV SIFT keypoints and descriptors of one image (green channel of RGB, else channel 0, as uint8).
+
+    Args:
+        image: ``(C, H, W)`` float in ``[0, 1]``.
+
+    Returns:
+        ``(keypoints (K, 2) float32 (x, y), descriptors (K, 128) float32)``; ``K = 0`` gives empty arrays.
+    """
+    keypoints, descriptors = cv2.SIFT_create().detectAndCompute(_to_uint8_plane(image), None)
+    if descriptors is None or not keypoints:
+        return np.zeros((0, 2), np.float32), np.zeros((0, 128), np.float32)
+    return np.array([point.pt for point in keypoints], dtype=np.float32), descriptors.astype(np.float32)
+
+
 def fs_sift(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75, reduction: str = "mean"):
     """SIFT feature similarity FS_SIFT (paper 1): good matches / min(#keypoints first, #keypoints second).
 
@@ -100,15 +117,47 @@ def fs_sift(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75, redu
     """
     first, second = check_image_pair(first, second, names=("first", "second"))
     reduction = check_reduction(reduction)
-    sift = cv2.SIFT_create()
     scores = np.zeros(first.shape[0])
     for index in range(first.shape[0]):
-        keypoints_first, descriptors_first = sift.detectAndCompute(_to_uint8_plane(first[index]), None)
-        keypoints_second, descriptors_second = sift.detectAndCompute(_to_uint8_plane(second[index]), None)
-        if descriptors_first is None or descriptors_second is None:
+        points_first, descriptors_first = sift_features(first[index])
+        points_second, descriptors_second = sift_features(second[index])
+        if len(points_first) == 0 or len(points_second) == 0:
             continue
         good = match_descriptors(descriptors_first, descriptors_second, ratio)
-        scores[index] = len(good) / min(len(keypoints_first), len(keypoints_second))
+        scores[index] = len(good) / min(len(points_first), len(points_second))
+    return float(scores.mean()) if reduction == "mean" else scores
+
+
+def sift_homography_similarity(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75,
+                               reduction: str = "mean"):
+    """SIFT matches that survive geometric verification: the FS_SR protocol (:func:`keypoint_similarity`: ratio
+    test, LMEDS homography, inliers / keypoints of the first image) on SIFT keypoints.
+
+    FS_SIFT counts every ratio-test match, so two different retinas with similar vessel textures still score; a
+    same-eye pair is also consistent with ONE homography, which different eyes are not. This is the identity
+    matcher of the cohort chapter (same vs different patient, pose and acquisition varying).
+
+    Args:
+        first: ``(N, C, H, W)`` float in ``[0, 1]``.
+        second: Same shape.
+        ratio: Lowe ratio.
+        reduction: ``"mean"`` (float) or ``"none"`` (``(N,)`` numpy array).
+
+    Returns:
+        Values in ``[0, 1]``; near 1 for identical images, near 0 for unrelated ones; higher = more identity shared.
+        Not symmetric (the denominator counts the first image's keypoints).
+
+    Example:
+        >>> texture = torch.rand(1, 1, 96, 96, generator=torch.Generator().manual_seed(0))
+        >>> smooth = torch.nn.functional.avg_pool2d(texture, 5, stride=1, padding=2)
+        >>> float(sift_homography_similarity(smooth, smooth)) > 0.9
+        True
+    """
+    first, second = check_image_pair(first, second, names=("first", "second"))
+    reduction = check_reduction(reduction)
+    scores = np.zeros(first.shape[0])
+    for index in range(first.shape[0]):
+        scores[index] = keypoint_similarity(*sift_features(first[index]), *sift_features(second[index]), ratio=ratio)
     return float(scores.mean()) if reduction == "mean" else scores
 
 

@@ -37,7 +37,7 @@ def train_classifier(model: nn.Module, train: tuple[Any, Any], val: tuple[Any, A
                      batch_size: int, lr: float = 1e-4, weight_decay: float = 1e-5, loss: str = "ce",
                      focal_gamma: float = 0.6, class_weights: str | None | torch.Tensor = "balanced",
                      augment: Callable[..., torch.Tensor] | None = None, early_stopping_patience: int | None = None,
-                     seed: int = 0, device: str | torch.device | None = None,
+                     lr_schedule: str = "constant", seed: int = 0, device: str | torch.device | None = None,
                      checkpoint_path: str | Path | None = None, progress: bool = True) -> TrainResult:
     """Train a classifier; keep the epoch with the best validation macro-F1.
 
@@ -58,6 +58,9 @@ def train_classifier(model: nn.Module, train: tuple[Any, Any], val: tuple[Any, A
         augment: ``augment(images, generator) -> images`` on float (B, C, H, W) batches in [0, 1], e.g.
             :func:`anonpaper.train.augment.paper2_augmentation`.
         early_stopping_patience: Epochs without a better validation F1 before stopping; None trains all epochs.
+        lr_schedule: ``"constant"`` (paper 2's Adam at a fixed rate) or ``"cosine"`` (cosine annealing to 0 over
+            ``epochs``). From scratch on a few hundred images a constant 1e-3 leaves the last epochs' weights
+            (and BatchNorm statistics) jumping between good and poor validation scores; annealing settles them.
         seed: Seed of the run (data order, augmentation, dropout).
         device: Training device; None picks CUDA when available.
         checkpoint_path: Per-epoch checkpoint (resumes from it when present).
@@ -79,6 +82,8 @@ def train_classifier(model: nn.Module, train: tuple[Any, Any], val: tuple[Any, A
         raise ValueError(f"batch_size must be an integer >= 2, got {batch_size!r}")
     if loss not in ("ce", "focal"):
         raise ValueError(f"loss must be 'ce' or 'focal', got {loss!r}")
+    if lr_schedule not in ("constant", "cosine"):
+        raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {lr_schedule!r}")
     device = get_device(device) if not isinstance(device, torch.device) else device
     num_classes = _number_of_outputs(model, train_images[:2])
     for name, labels in (("train", train_labels), ("val", val_labels)):
@@ -115,6 +120,8 @@ def train_classifier(model: nn.Module, train: tuple[Any, Any], val: tuple[Any, A
                 "val_accuracy": float(np.mean(predictions == truth))}
 
     optimizer = torch.optim.Adam(wrapped.parameters(), lr=lr, weight_decay=weight_decay)
+    scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
+                 if lr_schedule == "cosine" else None)
     # Hashing the data costs a pass over it; only a checkpointed run needs the fingerprint.
     config = None if checkpoint_path is None else {
         "trainer": "classifier", "train": content_hash(train_images.numpy(), train_labels.numpy()),
@@ -122,8 +129,11 @@ def train_classifier(model: nn.Module, train: tuple[Any, Any], val: tuple[Any, A
         "weight_decay": weight_decay, "loss": loss, "gamma": focal_gamma,
         "weights": None if weights is None else weights.tolist(), "augment": repr(type(augment).__name__),
         "model": type(model).__name__}
+    if config is not None and lr_schedule != "constant":
+        config["lr_schedule"] = lr_schedule  # only a new option enters the hash: older checkpoints stay valid
     number_of_batches = count // batch_size + int(count % batch_size >= 2)  # batches of one are skipped
-    result = fit(wrapped, batches=batches, step=step, optimizer=optimizer, epochs=epochs, evaluate=evaluate,
+    result = fit(wrapped, batches=batches, step=step, optimizer=optimizer, epochs=epochs, scheduler=scheduler,
+                 evaluate=evaluate,
                  monitor="val_f1", mode="max", early_stopping_patience=early_stopping_patience, seed=seed,
                  device=device, checkpoint_path=checkpoint_path, config=config, progress=progress,
                  description="classifier",
