@@ -9,8 +9,8 @@ import pytest
 
 from anonpaper.data.cohort import REQUIRED_COLUMNS
 from anonpaper.data.phantoms.retina import (
-    VASCULAR_TRAITS, RetinaPhantomCohort, RetinaPhantomConfig, load_phantom_retina, make_retina_table,
-    plot_retina_examples, retina_statistics, sex_signal_auc)
+    LITERATURE_SEX_SHIFT_SD, SEX_SHIFT_SD, VASCULAR_TRAITS, RetinaPhantomCohort, RetinaPhantomConfig,
+    load_phantom_retina, make_retina_table, plot_retina_examples, retina_statistics, sex_signal_auc)
 from anonpaper.data.phantoms.retina_render import MASK_NAMES
 from anonpaper.data.registry import load_cohort
 
@@ -192,7 +192,8 @@ def test_sex_signal_is_real_mostly_vascular_and_controllable():
     patients = make_retina_table(config).groupby("patient_id").first()
     female = patients["sex"] == "F"
     assert 0.4 < female.mean() < 0.6
-    for column, sign in (("trait_artery_calibre", 1), ("trait_bifurcation_angle", 1), ("trait_disc_scale", -1)):
+    for column, sign in (("trait_artery_calibre", 1), ("trait_bifurcation_angle", 1), ("trait_arcade_radius", 1),
+                         ("trait_disc_scale", -1), ("trait_tessellation", -1)):
         values = patients[column]
         difference = sign * (values[female].mean() - values[~female].mean()) / values.std()
         assert difference > 0.15, column
@@ -203,8 +204,15 @@ def test_sex_signal_is_real_mostly_vascular_and_controllable():
     assert abs(values[null_female].mean() - values[~null_female].mean()) / values.std() < 0.25
     assert sex_signal_auc(RetinaPhantomConfig(sex_effect=0.0)) == pytest.approx(0.5)
     default = RetinaPhantomConfig()
-    assert 0.7 < sex_signal_auc(default, VASCULAR_TRAITS) < 0.9
-    assert sex_signal_auc(default, ("disc_scale", "tessellation")) < sex_signal_auc(default, VASCULAR_TRAITS)
+    # The default is calibrated for small CPU attackers: vascular traits separate almost perfectly, non-vascular
+    # ones clearly less (the images carry less than the traits; the cohort chapter measures what a CNN learns).
+    assert sex_signal_auc(default, VASCULAR_TRAITS) > 0.95
+    assert 0.6 < sex_signal_auc(default, ("disc_scale", "tessellation")) < 0.9
+    # Half the default gives the literature-sized shifts of the published traits (Bayes AUC about 0.79 vascular).
+    half = RetinaPhantomConfig(sex_effect=0.5)
+    assert sex_signal_auc(half, ("artery_calibre", "bifurcation_angle")) == pytest.approx(0.79, abs=0.01)
+    for name in ("artery_calibre", "bifurcation_angle", "disc_scale", "tessellation"):
+        assert 0.5 * SEX_SHIFT_SD[name] == pytest.approx(LITERATURE_SEX_SHIFT_SD[name]), name
     assert sex_signal_auc(RetinaPhantomConfig(sex_effect=2.0)) > sex_signal_auc(default)
 
 

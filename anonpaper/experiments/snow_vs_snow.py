@@ -81,6 +81,8 @@ class SnowVsSnowConfig:
         focal_gamma: Focal-loss gamma of the DR classifier (paper 0.6).
         early_stopping_patience: Epochs without a better validation F1 before stopping (None: all epochs).
         augment: Use the paper's augmentation (hflip and shift-scale-rotate, each p = 0.25).
+        lr_schedule: ``"constant"`` (paper) or ``"cosine"`` (annealing over ``epochs``; steadier short CPU runs
+            from scratch, see :func:`anonpaper.train.classifier.train_classifier`).
         segmenter: ``"frunet"`` (FR-UNet-style, paper) or ``"unet"``.
         segmenter_width: Channels of the segmenter's full-resolution level (FR-UNet: 32; widths double per level).
         segmenter_epochs: Segmenter epochs (FR-UNet: 40).
@@ -106,6 +108,7 @@ class SnowVsSnowConfig:
     focal_gamma: float = 0.6
     early_stopping_patience: int | None = 10
     augment: bool = True
+    lr_schedule: str = "constant"
     segmenter: str = "frunet"
     segmenter_width: int = 32
     segmenter_epochs: int = 40
@@ -129,6 +132,8 @@ class SnowVsSnowConfig:
             (isinstance(self.epochs, int) and self.epochs >= 1, f"epochs must be an integer >= 1, got {self.epochs!r}"),
             (isinstance(self.batch_size, int) and self.batch_size >= 2,
              f"batch_size must be an integer >= 2, got {self.batch_size!r}"),
+            (self.lr_schedule in ("constant", "cosine"),
+             f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}"),
             (self.segmenter in ("frunet", "unet"), f"segmenter must be 'frunet' or 'unet', got {self.segmenter!r}"),
             (isinstance(self.segmenter_patch, int) and self.segmenter_patch % 8 == 0 and self.segmenter_patch > 0,
              f"segmenter_patch must be a positive multiple of 8, got {self.segmenter_patch!r}"),
@@ -148,7 +153,10 @@ class SnowVsSnowConfig:
         """The fields that determine a classifier (for cache keys)."""
         names = ("backbone", "epochs", "batch_size", "lr", "weight_decay", "focal_gamma", "early_stopping_patience",
                  "augment", "seed")
-        return {name: getattr(self, name) for name in names}
+        description = {name: getattr(self, name) for name in names}
+        if self.lr_schedule != "constant":  # only a new option enters the key: cached constant-rate runs stay valid
+            description["lr_schedule"] = self.lr_schedule
+        return description
 
     def segmenter_description(self) -> dict[str, Any]:
         names = ("segmenter", "segmenter_width", "segmenter_epochs", "segmenter_patch", "segmenter_patches_per_epoch",
@@ -431,6 +439,7 @@ def train_task_classifier(task: str, train: tuple[np.ndarray, np.ndarray], val: 
                                   loss="ce" if task == "sex" else "focal", focal_gamma=config.focal_gamma,
                                   class_weights=None if task == "sex" else "balanced",
                                   augment=paper2_augmentation() if config.augment else None,
+                                  lr_schedule=config.lr_schedule,
                                   early_stopping_patience=config.early_stopping_patience,
                                   seed=derived_seed(config.seed, "train", task, description), device=device,
                                   progress=progress)

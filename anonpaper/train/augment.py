@@ -99,3 +99,11 @@ class FlipShiftScaleRotate:
 def paper2_augmentation() -> FlipShiftScaleRotate:
     """The augmentation of paper 2: horizontal flip p = 0.25 and shift-scale-rotate p = 0.25."""
     return FlipShiftScaleRotate(0.25, 0.25)
+
+
+def acquisition_augmentation() -> FlipShiftScaleRotate:
+    """Pose changes of the size real (and phantom) acquisitions vary by: horizontal flip p = 0.5 (a left eye is a
+    mirrored right eye) and shift-scale-rotate p = 0.5 within +-15 degrees, zero padding (the black surround of a
+    fundus photograph). The cohort chapter's learnability checks use it: a classifier trained from scratch on a few
+    hundred images otherwise memorises patients instead of learning the label."""
+    return FlipShiftScaleRotate(0.5, 0.5, rotate_limit=15.0, padding_mode="zeros")

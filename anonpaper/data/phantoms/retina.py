@@ -6,13 +6,23 @@ images shows that anatomy under its own pose and photometric acquisition. Images
 from per-row parameters stored in the table, so the cohort is a deterministic function of its config.
 
 Sex signal (papers 1-2). Sex acts on latent traits as standardised mean shifts, ``shift = sex_effect * weight *
-base`` (women positive): arteriolar calibre (base 0.45 SD; women wider arterioles, hence higher artery/vein ratio),
-arteriolar bifurcation angle (base 0.35 SD; women larger), both scaled by ``vascular_sex_weight``; disc size (base
-0.15 SD; men larger, about +3 %) and choroidal tessellation (base 0.25 SD; men more), scaled by
-``nonvascular_sex_weight``. With the defaults the Bayes-optimal patient-level AUC from the traits alone is about
-0.79 from the vascular traits, 0.66 from the non-vascular ones and 0.82 from all (computed by
-:func:`sex_signal_auc`): a real but not trivial signal, mostly vascular, so vessel-only obfuscation reduces but
-does not erase it. ``sex_effect = 0`` removes it.
+base`` (women positive), with ``base`` from ``SEX_SHIFT_SD``: arteriolar calibre (0.9 SD; women wider arterioles,
+hence a higher artery/vein ratio), arteriolar bifurcation angle (0.7 SD; women larger) and the radius of the
+temporal arcades around the macula (1.5 SD; women wider arcades, men narrower, as in longer eyes: men's eyes are
+longer on average), scaled by ``vascular_sex_weight``; disc size (-0.3 SD; men about 3 % larger) and choroidal
+tessellation (-0.5 SD; men more), scaled by ``nonvascular_sex_weight``.
+
+Why these sizes: real deep networks find sex in fundus photographs from many subtle cues with 10^5 images at
+~600 px; this study's CPU attackers see a few hundred images at 128 px. With the effects at the sizes reported
+for real eyes (``LITERATURE_SEX_SHIFT_SD``: calibre 0.45 SD, angle 0.35 SD, disc 0.15 SD, tessellation 0.25 SD)
+a ResNet-10-T from scratch stayed at chance; scaling every trait six-fold let it reach ~79 % but mostly from the
+disc and tessellation (79 % with the vessels inpainted away, too). The default therefore doubles the literature
+shifts and adds one large-scale vascular cue, the arcade course, that a small network sees at 128 px: measured at
+128 px, 300 patients, 12 epochs, a ResNet-10-T reached 65 % with the arcade at 1.0 SD, 90 % at 2.0 SD and about
+the middle of the papers' 75-83 % band at the default 1.5 SD (see the cohort chapter for the current numbers,
+with and without vessels). The latent traits alone separate the sexes almost perfectly
+(:func:`sex_signal_auc`); the images carry far less, which is what the chapter measures. ``sex_effect = 0``
+removes the signal.
 
 Example:
     >>> cohort = load_phantom_retina(n_patients=4, image_size=64, seed=1)
@@ -44,10 +54,18 @@ from anonpaper.data.splits import patient_split
 
 NAME = "phantom-retina"
 # Standardised (SD-unit) sex shifts of the latent traits at sex_effect = 1, weight = 1 (women +, men -).
-SEX_SHIFT_SD = {"artery_calibre": 0.45, "bifurcation_angle": 0.35, "disc_scale": -0.15, "tessellation": -0.25}
-TRAIT_SD = {"artery_calibre": 0.05, "bifurcation_angle": 5.0, "disc_scale": 0.1, "tessellation": 0.25}
-TRAIT_MEAN = {"artery_calibre": 1.0, "bifurcation_angle": 75.0, "disc_scale": 1.0, "tessellation": 0.45}
-VASCULAR_TRAITS = ("artery_calibre", "bifurcation_angle")
+SEX_SHIFT_SD = {"artery_calibre": 0.9, "bifurcation_angle": 0.7, "arcade_radius": 1.5, "disc_scale": -0.3,
+                "tessellation": -0.5}
+# The shifts at the sizes reported for real eyes (REFERENCE_NOTES section 6). The arcade course has no published
+# sex effect (it follows axial length) and is 0 here. ``sex_effect = 0.5`` gives these sizes for the four
+# published traits (with the arcade at 0.75 SD).
+LITERATURE_SEX_SHIFT_SD = {"artery_calibre": 0.45, "bifurcation_angle": 0.35, "arcade_radius": 0.0,
+                           "disc_scale": -0.15, "tessellation": -0.25}
+TRAIT_SD = {"artery_calibre": 0.05, "bifurcation_angle": 5.0, "arcade_radius": 0.03, "disc_scale": 0.1,
+            "tessellation": 0.25}
+TRAIT_MEAN = {"artery_calibre": 1.0, "bifurcation_angle": 75.0, "arcade_radius": 0.56, "disc_scale": 1.0,
+              "tessellation": 0.45}
+VASCULAR_TRAITS = ("artery_calibre", "bifurcation_angle", "arcade_radius")
 ACQUISITION_FIELDS = tuple(f.name for f in dataclasses.fields(Acquisition))
 
 
@@ -63,7 +81,8 @@ class RetinaPhantomConfig:
         female_fraction: Probability that a patient is female, in [0, 1].
         dr_grade_probabilities: Probabilities of ICDR grades 0-4 (five non-negative numbers summing to 1).
         sex_effect: Global strength of the sex effect on the latent traits (0 = none, 1 = default).
-        vascular_sex_weight: Multiplier of the vascular sex effects (arteriolar calibre, bifurcation angle).
+        vascular_sex_weight: Multiplier of the vascular sex effects (arteriolar calibre, bifurcation angle,
+            arcade radius).
         nonvascular_sex_weight: Multiplier of the non-vascular sex effects (disc size, tessellation).
         acquisition_variability: Multiplier of all per-image pose and photometric ranges (0 = identical
             acquisitions; 1 = rotation about +-10 degrees, scale +-5 %, shifts, illumination, colour, blur, noise).
@@ -156,10 +175,14 @@ def _patient_rows(config: RetinaPhantomConfig, index: int) -> list[dict[str, Any
     sign = 1.0 if sex == "F" else -1.0
     grade = int(rng.choice(5, p=np.asarray(config.dr_grade_probabilities)))
     traits = {}
-    for name in ("artery_calibre", "bifurcation_angle", "disc_scale", "tessellation"):
+
+    def draw_trait(name: str) -> float:
         weight = config.vascular_sex_weight if name in VASCULAR_TRAITS else config.nonvascular_sex_weight
         shift = config.sex_effect * weight * SEX_SHIFT_SD[name] * sign
-        traits[name] = TRAIT_MEAN[name] + TRAIT_SD[name] * (rng.standard_normal() + shift)
+        return TRAIT_MEAN[name] + TRAIT_SD[name] * (rng.standard_normal() + shift)
+
+    for name in ("artery_calibre", "bifurcation_angle", "disc_scale", "tessellation"):
+        traits[name] = draw_trait(name)
     traits["tessellation"] = max(traits["tessellation"], 0.0)
     traits["vein_calibre"] = 1.0 + 0.05 * rng.standard_normal()
     traits["pigmentation"] = rng.uniform(0.05, 0.7)
@@ -173,9 +196,12 @@ def _patient_rows(config: RetinaPhantomConfig, index: int) -> list[dict[str, Any
         "anatomy_seed": derive_seed(config.seed, "retina-anatomy", index),
     }
     low, high = config.images_per_patient
+    image_count = int(rng.integers(low, high + 1))
+    # Drawn last, so that adding this trait left every earlier draw (labels, traits, image counts) unchanged.
+    patient["trait_arcade_radius"] = float(draw_trait("arcade_radius"))
     rows = []
     v = config.acquisition_variability
-    for image in range(int(rng.integers(low, high + 1))):
+    for image in range(image_count):
         irng = np.random.default_rng(derive_seed(config.seed, "retina-image", index, image))
         acquisition = Acquisition(
             rotation_deg=float(np.clip(irng.normal(0, 5), -10, 10) * v),
@@ -214,6 +240,7 @@ def _traits_from_row(row: pd.Series) -> PatientTraits:
         artery_calibre=float(row["trait_artery_calibre"]), vein_calibre=float(row["trait_vein_calibre"]),
         bifurcation_angle=float(row["trait_bifurcation_angle"]), disc_scale=float(row["trait_disc_scale"]),
         tessellation=float(row["trait_tessellation"]), pigmentation=float(row["trait_pigmentation"]),
+        arcade_radius=float(row["trait_arcade_radius"]),
         lesion_counts={name: int(row[f"n_{name}"]) for name in LESION_TYPES})
 
 

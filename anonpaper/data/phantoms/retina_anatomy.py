@@ -40,6 +40,8 @@ class PatientTraits:
         disc_scale: Multiplier of the optic disc size.
         tessellation: Visibility of the choroidal (tessellated) pattern, >= 0.
         pigmentation: Fundus darkness, 0 (light) to 1 (dark).
+        arcade_radius: Radius (field-radius units) of the circle around the fovea that the temporal arcades
+            follow; smaller = arcades closer to the macula (a narrower temporal arcade angle, as in longer eyes).
         lesion_counts: Number of lesions of each of LESION_TYPES (see :func:`lesion_counts_for_grade`).
     """
 
@@ -53,6 +55,7 @@ class PatientTraits:
     disc_scale: float
     tessellation: float
     pigmentation: float
+    arcade_radius: float = 0.56
     lesion_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LESION_TYPES, 0))
 
 
@@ -250,7 +253,8 @@ class _TreeBuilder:
     def grow_arcade(self, heading: float, diameter: float, kind: int, superior: bool, temporal: bool) -> None:
         """An arcade trunk steered around the macula (temporal) or outwards (nasal), shedding side branches."""
         point = self.disc.copy()
-        arc_radius = self.rng.uniform(0.50, 0.62)
+        # The patient's arcade radius with a little per-arcade variation (the four arcades are not symmetric).
+        arc_radius = self.traits.arcade_radius + self.rng.uniform(-0.03, 0.03)
         travelled = 0.0
         side_toggle = 1.0
         d0 = diameter
