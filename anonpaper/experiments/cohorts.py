@@ -17,7 +17,7 @@ import torch
 
 from anonpaper.data.cohort import Cohort
 from anonpaper.metrics.classification import accuracy, auroc, balanced_accuracy, macro_f1
-from anonpaper.metrics.identity import fs_sift, sift_homography_similarity, verification_auc
+from anonpaper.metrics.identity import keypoint_similarity, match_fraction, sift_features, verification_auc
 from anonpaper.metrics import images_from_uint8
 from anonpaper.runtime import get_device
 
@@ -69,11 +69,13 @@ def identity_matching(cohort: Cohort, n_pairs: int, seed: int = 0) -> dict:
     """
     pairs = identity_pairs(cohort.table["patient_id"].to_numpy(), n_pairs, seed)
     needed = np.unique(pairs[["first", "second"]].to_numpy())
-    images = {index: cohort.image(int(index)) for index in needed}
-    first = images_from_uint8(np.stack([images[index] for index in pairs["first"]]))
-    second = images_from_uint8(np.stack([images[index] for index in pairs["second"]]))
-    pairs["score"] = sift_homography_similarity(first, second, reduction="none")
-    pairs["fs_sift"] = fs_sift(first, second, reduction="none")
+    images = images_from_uint8(np.stack([cohort.image(int(index)) for index in needed]))
+    # Each image appears in several pairs: its SIFT features are computed once and scored both ways.
+    features = {index: sift_features(image) for index, image in zip(needed.tolist(), images)}
+    first_features = [features[index] for index in pairs["first"]]
+    second_features = [features[index] for index in pairs["second"]]
+    pairs["score"] = [keypoint_similarity(*one, *other) for one, other in zip(first_features, second_features)]
+    pairs["fs_sift"] = [match_fraction(*one, *other) for one, other in zip(first_features, second_features)]
     same = pairs["same"].to_numpy()
     output = {"n_same": int(same.sum()), "n_different": int((~same).sum()), "pairs": pairs}
     for key, column in (("", "score"), ("_fs_sift", "fs_sift")):

@@ -41,6 +41,7 @@ from .identity import (
     cross_pair_scores,
     equal_error_rate,
     fs_sift,
+    match_fraction,
     sift_features,
     sift_homography_similarity,
     keypoint_similarity,
@@ -86,7 +87,8 @@ __all__ = [
     "kernel_inception_distance", "sliced_wasserstein_distance", "laplacian_pyramid", "swd_descriptors", "swd",
     "SlicedWassersteinDistance", "load_inception_extractor",
     # identity
-    "fs_sift", "sift_features", "sift_homography_similarity", "match_descriptors", "keypoint_similarity",
+    "fs_sift", "match_fraction", "sift_features", "sift_homography_similarity", "match_descriptors",
+    "keypoint_similarity",
     "vessel_bifurcations", "patch_descriptors",
     "bifurcation_keypoint_similarity", "pair_scores", "cross_pair_scores", "verification_metrics", "select_threshold",
     "verification_auc", "equal_error_rate", "reidentification_accuracy",

@@ -29,6 +29,7 @@ from ._validation import (
 
 __all__ = [
     "fs_sift",
+    "match_fraction",
     "sift_features",
     "sift_homography_similarity",
     "match_descriptors",
@@ -119,13 +120,32 @@ def fs_sift(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75, redu
     reduction = check_reduction(reduction)
     scores = np.zeros(first.shape[0])
     for index in range(first.shape[0]):
-        points_first, descriptors_first = sift_features(first[index])
-        points_second, descriptors_second = sift_features(second[index])
-        if len(points_first) == 0 or len(points_second) == 0:
-            continue
-        good = match_descriptors(descriptors_first, descriptors_second, ratio)
-        scores[index] = len(good) / min(len(points_first), len(points_second))
+        scores[index] = match_fraction(*sift_features(first[index]), *sift_features(second[index]), ratio=ratio)
     return float(scores.mean()) if reduction == "mean" else scores
+
+
+def match_fraction(keypoints_first, descriptors_first, keypoints_second, descriptors_second,
+                   ratio: float = 0.75) -> float:
+    """FS_SIFT's score of one pair from precomputed features (e.g. :func:`sift_features`): ratio-test matches
+    first -> second / min(#keypoints first, #keypoints second); 0 when either set is empty.
+
+    The feature-level twin of :func:`keypoint_similarity` (which adds geometric verification), so that a caller
+    scoring many pairs of the same images computes each image's features once.
+
+    Args:
+        keypoints_first: ``(K1, 2)``.
+        descriptors_first: ``(K1, D)``.
+        keypoints_second: ``(K2, 2)``.
+        descriptors_second: ``(K2, D)``.
+        ratio: Lowe ratio.
+
+    Returns:
+        Value in ``[0, 1]``; higher = more similar.
+    """
+    if len(keypoints_first) == 0 or len(keypoints_second) == 0:
+        return 0.0
+    good = match_descriptors(descriptors_first, descriptors_second, ratio)
+    return len(good) / min(len(keypoints_first), len(keypoints_second))
 
 
 def sift_homography_similarity(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75,

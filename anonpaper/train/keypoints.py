@@ -235,13 +235,13 @@ def cross_pair_views(images: torch.Tensor, positions: torch.Tensor, valid: torch
     warped = _warp_images(partners, theta)
     positions_b, inside = _warp_points(theta, in_partner, height, width)
     own_b, own_inside = _warp_points(theta, partner_positions, height, width)
-    brightness = _sample_field(warped.amax(dim=1, keepdim=True), positions_b)[..., 0]
+    on_content = _on_content(warped, positions_b)
     view_a = photometric_jitter(images, generator, photometric)
     view_b = photometric_jitter(warped, generator, photometric)
     if acquisition_strength > 0:
         view_a = acquisition_jitter(view_a, generator, acquisition_strength)
         view_b = acquisition_jitter(view_b, generator, acquisition_strength)
-    return view_a, view_b, positions_b, valid & inside & (brightness > 0.02), own_b, partner_valid & own_inside
+    return view_a, view_b, positions_b, valid & inside & on_content, own_b, partner_valid & own_inside
 
 
 def _warp_images(images: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
@@ -344,6 +344,18 @@ def _check_pairs(pairs: Any, pair_transforms: Any, count: int
             options.append(index)
             transforms.append(identity)
     return partners
+
+
+def _on_content(images: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """(B, K) bool: the (B, K, 2) pixel positions fall on image content, not on the black surround of a fundus
+    photograph (outside the field of view every position looks alike, so none can anchor a descriptor)."""
+    return _sample_field(images.amax(dim=1, keepdim=True), positions)[..., 0] > 0.02
+
+
+def _random_positions(count: int, number: int, height: int, width: int, generator: torch.Generator) -> torch.Tensor:
+    """(count, number, 2) uniform pixel positions (x, y) in the image."""
+    scale = torch.tensor([width - 1, height - 1], dtype=torch.float32)
+    return torch.rand(count, number, 2, generator=generator) * scale
 
 
 def _sample_field(field: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -455,49 +467,49 @@ def train_keypoint_detector(model: KeypointNet, images: Any, keypoints: Sequence
         """Descriptor anchors of view A: the keypoints, then ``dense_anchors`` random positions with content."""
         if dense_anchors == 0:
             return positions[index], valid[index]
-        scale = torch.tensor([width - 1, height - 1], dtype=torch.float32)
-        extra = torch.rand(index.numel(), dense_anchors, 2, generator=generator) * scale
-        # Random positions on the black surround (outside the field of view) all look alike: not anchors.
-        content = _sample_field(image_tensor[index].amax(dim=1, keepdim=True), extra)[..., 0] > 0.02
+        extra = _random_positions(index.numel(), dense_anchors, height, width, generator)
+        content = _on_content(image_tensor[index], extra)
         return torch.cat([positions[index], extra], dim=1), torch.cat([valid[index], content], dim=1)
 
-    def make_batch(index: torch.Tensor, generator: torch.Generator):
-        if partners is not None:
-            return make_pair_batch(index, generator)
+    def self_warp_views(index: torch.Tensor, anchors: torch.Tensor, anchors_valid: torch.Tensor,
+                        generator: torch.Generator):
+        """View B = a warp of the image itself; the same outputs as :func:`cross_pair_views`."""
         keypoint_count = positions.shape[1]
-        anchors, anchors_valid = anchors_of(index, generator)
         view_a, view_b, positions_b, valid_b = warp_pair(image_tensor[index], anchors, anchors_valid,
                                                          generator, **augmentation)
-        if dense_anchors:
-            brightness = _sample_field(view_b.amax(dim=1, keepdim=True), positions_b)[..., 0]
-            valid_b = valid_b & ((brightness > 0.02) | (torch.arange(anchors.shape[1]) < keypoint_count))
+        if dense_anchors:  # dense anchors warped onto the black surround have nothing to describe
+            valid_b = valid_b & (_on_content(view_b, positions_b) | (torch.arange(anchors.shape[1]) < keypoint_count))
         if acquisition_strength > 0:
             view_a = acquisition_jitter(view_a, generator, acquisition_strength)
             view_b = acquisition_jitter(view_b, generator, acquisition_strength)
-        heat_a = gaussian_heatmaps(positions[index], valid[index], height, width, sigma)
-        heat_b = gaussian_heatmaps(positions_b[:, :keypoint_count], valid_b[:, :keypoint_count], height, width,
-                                   sigma)
-        scale = torch.tensor([width - 1, height - 1], dtype=torch.float32)
-        extra = torch.rand(index.numel(), distractors, 2, generator=generator) * scale
-        return view_a, view_b, heat_a, heat_b, anchors, positions_b, valid_b, extra
+        return (view_a, view_b, positions_b, valid_b, positions_b[:, :keypoint_count],
+                valid_b[:, :keypoint_count])
 
-    def make_pair_batch(index: torch.Tensor, generator: torch.Generator):
+    def choose_partners(index: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """One partner image of each image (another image of its patient) and the (B, 2, 3) maps to it."""
         partner_index, transform = [], []
         for image_index in index.tolist():
             options_of_image, transforms_of_image = partners[image_index]
             choice = int(torch.randint(len(options_of_image), (1,), generator=generator))
             partner_index.append(options_of_image[choice])
             transform.append(transforms_of_image[choice])
-        partner = torch.tensor(partner_index, dtype=torch.long)
+        return torch.tensor(partner_index, dtype=torch.long), torch.stack(transform)
+
+    def make_batch(index: torch.Tensor, generator: torch.Generator):
+        # Partners are drawn before the anchors: one random stream, in a fixed order, per epoch.
+        chosen = None if partners is None else choose_partners(index, generator)
         anchors, anchors_valid = anchors_of(index, generator)
-        view_a, view_b, positions_b, valid_b, own_b, own_valid_b = cross_pair_views(
-            image_tensor[index], anchors, anchors_valid, image_tensor[partner], positions[partner],
-            valid[partner], torch.stack(transform), generator, acquisition_strength=acquisition_strength,
-            **augmentation)
+        if chosen is None:
+            views = self_warp_views(index, anchors, anchors_valid, generator)
+        else:
+            partner, transforms = chosen
+            views = cross_pair_views(image_tensor[index], anchors, anchors_valid, image_tensor[partner],
+                                     positions[partner], valid[partner], transforms, generator,
+                                     acquisition_strength=acquisition_strength, **augmentation)
+        view_a, view_b, positions_b, valid_b, own_b, own_valid_b = views
         heat_a = gaussian_heatmaps(positions[index], valid[index], height, width, sigma)
         heat_b = gaussian_heatmaps(own_b, own_valid_b, height, width, sigma)
-        scale = torch.tensor([width - 1, height - 1], dtype=torch.float32)
-        extra = torch.rand(index.numel(), distractors, 2, generator=generator) * scale
+        extra = _random_positions(index.numel(), distractors, height, width, generator)
         return view_a, view_b, heat_a, heat_b, anchors, positions_b, valid_b, extra
 
     def batches(epoch: int, generator: torch.Generator):
