@@ -117,6 +117,9 @@ def _cmd_anonymize(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from anonpaper.methods.registry import available as available_methods
+    from anonpaper.methods.registry import spec as method_spec
+
     parser = argparse.ArgumentParser(prog="anonpaper", description=__doc__.split("\n")[0])
     parser.add_argument("--project", type=Path, default=None,
                         help="project root holding notebooks/params.yaml (default: found from the current folder)")
@@ -174,11 +177,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_data_check)
 
     p = sub.add_parser("anonymize", help="anonymize a folder of images with a method (outputs never overwrite inputs)")
-    p.add_argument("method", help="method name, e.g. snow or vs-snow")
-    p.add_argument("--in", dest="input", required=True, help="folder of input images")
+    p.add_argument("method", help="method name: " + ", ".join(
+        f"{name} ({method_spec(name).summary})" for name in available_methods()))
+    p.add_argument("--in", dest="input", required=True,
+                   help="folder of input images, searched recursively (.png, .jpg, .jpeg, .bmp, .tif, .tiff); a "
+                        "folder written by `cohort generate` is read as a cohort: its images/ only, with VS-Snow's "
+                        "vessel masks from masks/vessel/")
     p.add_argument("--out", dest="output", required=True, help="output folder (must not be the input)")
     p.add_argument("--p", dest="replace_fraction", type=float, default=None,
-                   help="fraction of pixels replaced (Snow, VS-Snow); same as -o p VALUE")
+                   help="fraction of pixels replaced (Snow, VS-Snow; default 0.3); same as -o p VALUE")
     p.add_argument("-o", "--option", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="method option, e.g. -o seed 3 or -o masks DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

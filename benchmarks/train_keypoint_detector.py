@@ -13,7 +13,7 @@ keypoint precision/recall within 3 px against the exact keypoints on the test im
 
 By default the descriptors train on true cross-acquisition pairs (two images of one train patient, correspondences
 from the renderer's poses, :func:`anonpaper.train.keypoints.cohort_pairs`) with acquisition jitter and 64 dense
-anchors per image (the settings of :func:`anonpaper.models.pretrained.trained_keypoint_detector`);
+anchors per image (the settings of :func:`anonpaper.train.pretrained.trained_keypoint_detector`);
 ``--synthetic-warps --acquisition-strength 0 --dense-anchors 0`` is the earlier synthetic-warp-only training.
 The detection setting (threshold x top_k) with the best AUROC on pairs of the VALIDATION patients is reported
 separately as the selected one; the test pairs never choose a setting.

@@ -20,7 +20,8 @@ import torch
 
 from anonpaper.models.unet import UNet
 from anonpaper.train.augment import paper2_augmentation
-from anonpaper.train.segmenter import dice_score, dual_threshold, segment, train_segmenter
+from anonpaper.metrics.segmentation import dice_score
+from anonpaper.train.segmenter import dual_threshold, segment, train_segmenter
 
 
 def phantom_images(train: int, test: int, size: int, seed: int, mask: str = "vessel"):

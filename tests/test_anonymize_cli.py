@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from anonpaper.cli import main
-from anonpaper.methods.folder import FOLDER_METHODS, anonymize_folder, read_image
+from anonpaper.methods.folder import anonymize_folder, read_image
+from anonpaper.methods.registry import available
 
 pytestmark = pytest.mark.unit
 
@@ -140,7 +141,7 @@ def test_anonymize_folder_api_with_progress_returns_written_paths(tmp_path):
     folder, images = rgb_folder(tmp_path)
     written = anonymize_folder("snow", folder, tmp_path / "out", options={"replace_fraction": "2e-1"}, progress=True)
     assert [path.name for path in written] == sorted(images)
-    assert {"snow", "vs-snow"} <= set(FOLDER_METHODS)
+    assert {"snow", "vs-snow"} <= set(available())
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -205,3 +206,18 @@ def test_name_clash_and_mask_size_mismatch_exit_2(tmp_path, capsys):
     assert main(["anonymize", "vs-snow", "--in", str(folder), "--out", str(tmp_path / "o2"), "-o", "masks",
                  str(masks), "--quiet"]) == 2
     assert "differs from its image" in capsys.readouterr().err
+
+
+def test_a_written_cohort_folder_anonymizes_its_images_not_its_masks(tmp_path):
+    from anonpaper.data.export import write_cohort
+    from anonpaper.data.registry import load_cohort
+
+    cohort = load_cohort("phantom-retina", n_patients=2, image_size=64, seed=0)
+    folder = tmp_path / "cohort"
+    write_cohort(cohort, folder, progress=False)
+    for method in ("snow", "vs-snow"):
+        output = tmp_path / f"out-{method}"
+        written = anonymize_folder(method, folder, output, options={"p": 0.5}, progress=False)
+        assert len(written) == len(cohort)
+        assert all(path.parent == output for path in written), "only the cohort's images/ are anonymized"
+        assert not (output / "masks").exists()

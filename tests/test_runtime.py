@@ -9,7 +9,7 @@ import torch
 
 from anonpaper.data.cohort import Cohort, dr_grade_to_3class
 from anonpaper.data.splits import patient_split
-from anonpaper.runner.cache import ArtifactCache, atomic_write_bytes
+from anonpaper.cache import ArtifactCache, atomic_write_bytes
 from anonpaper.runtime import content_hash, get_device, seed_everything
 from anonpaper.train.checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
 

@@ -8,7 +8,8 @@ import torch
 
 from anonpaper.models.embedding import EmbeddingNet
 from anonpaper.models.normalization import InputNormalization
-from anonpaper.train.embedding import embed, rank1_accuracy, train_embedding
+from anonpaper.metrics.identity import rank1_accuracy
+from anonpaper.train.embedding import embed, train_embedding
 
 pytestmark = pytest.mark.unit
 

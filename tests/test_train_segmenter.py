@@ -8,7 +8,8 @@ from skimage.filters import apply_hysteresis_threshold
 from anonpaper.models.frunet import FRUNet
 from anonpaper.models.unet import UNet
 from anonpaper.train.augment import FlipShiftScaleRotate
-from anonpaper.train.segmenter import _patch_grid, dice_score, dual_threshold, segment, train_segmenter
+from anonpaper.metrics.segmentation import dice_score
+from anonpaper.train.segmenter import _patch_grid, dual_threshold, segment, train_segmenter
 
 pytestmark = pytest.mark.unit
 

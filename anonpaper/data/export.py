@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from anonpaper.data.cohort import Cohort
-from anonpaper.runner.cache import atomic_write_bytes
+from anonpaper.cache import atomic_write_bytes
 from anonpaper.runtime import content_hash
 
 MARKER = "cohort.json"

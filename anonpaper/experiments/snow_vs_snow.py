@@ -11,7 +11,7 @@ The pipeline behind ``notebooks/01_snow_vs_snow.ipynb``:
    neighbouring vessel pixels) at each p (:func:`obfuscate`).
 4. The attacker (sex, cross-entropy) trains on original images and is tested on original, Snow and VS-Snow test
    images. A DR classifier (class-weighted focal loss, gamma 0.6) trains and tests on each version. Every network
-   is cached with :class:`anonpaper.runner.cache.ArtifactCache`, keyed by the cohort's content, the training
+   is cached with :class:`anonpaper.cache.ArtifactCache`, keyed by the cohort's content, the training
    configuration and the seed.
 5. Scores with patient-clustered bootstrap standard errors (:func:`patient_bootstrap_se`), the paper's Tables 1-2
    side by side with ours (:func:`paper_vs_ours_table`), the privacy-utility comparison at matched attacker
@@ -38,12 +38,13 @@ from anonpaper.data.cohort import Cohort, dr_grade_to_3class
 from anonpaper.methods.snow import channel_mean, snow, vs_snow
 from anonpaper.metrics.classification import accuracy, macro_f1
 from anonpaper.models.classifiers import build_classifier, gradient_saliency
-from anonpaper.runner.cache import ArtifactCache
+from anonpaper.cache import ArtifactCache
 from anonpaper.runtime import content_hash, get_device
 from anonpaper.train.augment import paper2_augmentation
 from anonpaper.train.classifier import predict_proba, train_classifier
 from anonpaper.train.loop import as_image_tensor
-from anonpaper.train.segmenter import dice_score, dual_threshold, segment, train_segmenter
+from anonpaper.metrics.segmentation import dice_score
+from anonpaper.train.segmenter import dual_threshold, segment, train_segmenter
 
 SPLITS = ("train", "val", "test")
 METHODS = ("snow", "vs_snow")

@@ -7,8 +7,8 @@ file: ``a/b.jpg`` becomes ``a/b.png``, ``a/b.png`` stays ``a/b.png``. Outputs ne
 folder must not be the input folder, lie inside it, or contain it, and must be absent or empty. Each file is written
 atomically (temporary file, then rename).
 
-Methods are a small registry (``FOLDER_METHODS``, name -> :class:`FolderMethod`); ``snow`` and ``vs-snow`` are
-built in, and :func:`register_folder_method` adds others. Options (``-o NAME VALUE`` on the command line):
+Methods come from the one method registry (:mod:`anonpaper.methods.registry`: ``snow``, ``vs-snow``); the folder
+adds two options of its own, ``seed`` and ``masks``. Options (``-o NAME VALUE`` on the command line):
 
 snow:
     p (alias of replace_fraction, default 0.3), seed (default 0), mask_mode (per_channel | per_location),
@@ -20,6 +20,10 @@ vs-snow:
     folder of vessel masks with the same relative paths as the images, or the same path with a .png suffix; a mask
     pixel is vessel where its value is > 127, or > 0 for 0/1 masks).
 
+A cohort folder written by ``anonpaper cohort generate`` (it holds ``cohort.json``) is read as a cohort: only its
+``images/`` are anonymized (never its label masks under ``masks/``), and VS-Snow takes its vessel masks from
+``masks/vessel/`` unless ``masks`` is given.
+
 A bad option, folder or mask name stops the command before anything is written; an unreadable image or a mask of
 the wrong size found midway stops it with the files written so far left in place (rerun into a new folder).
 
@@ -29,51 +33,19 @@ the order or the number of files in the folder.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import cv2
 import numpy as np
-import torch
 
-from anonpaper.runner.cache import atomic_write_bytes
+from anonpaper.cache import atomic_write_bytes
+from anonpaper.methods.registry import ImageAnonymizer, get
 from anonpaper.runtime import content_hash
 
+# The marker file of a folder written by `anonpaper cohort generate` (anonpaper.data.export.MARKER).
+COHORT_MARKER = "cohort.json"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
-
-
-@dataclass(frozen=True)
-class FolderMethod:
-    """A method usable on a folder of images.
-
-    Attributes:
-        name: Registry name, e.g. ``"snow"``.
-        defaults: Accepted option names and their defaults (``None`` = no default). Unknown options are an error.
-        aliases: Short names mapped to option names (``{"p": "replace_fraction"}``).
-        prepare: ``prepare(files, options) -> state``: one pass over the input files before any is written
-            (e.g. the dataset channel mean); ``files`` are (path, relative path) pairs.
-        apply: ``apply(image, mask, seed, options, state) -> image``: one uint8 (H, W, C) RGB or (H, W) image
-            (and a bool (H, W) mask or None) to a new uint8 array of the same shape.
-        validate: ``validate(options)`` raises ValueError on bad option values before any file is read.
-        needs_masks: Whether the method needs a ``masks`` folder.
-    """
-
-    name: str
-    defaults: dict[str, Any]
-    apply: Callable[..., np.ndarray]
-    prepare: Callable[..., Any] = lambda files, options: None
-    validate: Callable[[dict[str, Any]], None] = lambda options: None
-    aliases: dict[str, str] = field(default_factory=dict)
-    needs_masks: bool = False
-
-
-FOLDER_METHODS: dict[str, FolderMethod] = {}
-
-
-def register_folder_method(method: FolderMethod) -> None:
-    """Add (or replace) a method in the folder registry under ``method.name``."""
-    FOLDER_METHODS[method.name] = method
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -121,103 +93,23 @@ def list_images(folder: Path) -> list[tuple[Path, Path]]:
     return sorted(((path, path.relative_to(folder)) for path in files), key=lambda pair: pair[1].as_posix())
 
 
-def _as_tensor(image: np.ndarray) -> torch.Tensor:
-    """uint8 (H, W, C) or (H, W) array -> uint8 (1, C, H, W) tensor."""
-    tensor = torch.from_numpy(np.ascontiguousarray(image))
-    tensor = tensor.unsqueeze(-1) if tensor.ndim == 2 else tensor
-    return tensor.permute(2, 0, 1).unsqueeze(0).contiguous()
+def _folder_dataset_options(anonymizer: ImageAnonymizer, files: list[tuple[Path, Path]]) -> dict[int, ImageAnonymizer]:
+    """The anonymizer fitted to the folder's images, one per channel count (RGB and grayscale separately).
 
+    Streamed: one image in memory at a time.
+    """
+    if not anonymizer.needs_fit:
+        return {}
+    channel_counts = sorted({1 if read_image(path).ndim == 2 else 3 for path, _ in files})
 
-def _as_array(tensor: torch.Tensor, like: np.ndarray) -> np.ndarray:
-    array = tensor[0].permute(1, 2, 0).cpu().numpy()
-    return np.ascontiguousarray(array[:, :, 0] if like.ndim == 2 else array)
+    def images_with(channels: int):
+        for path, _ in files:
+            image = read_image(path)
+            image = image[:, :, None] if image.ndim == 2 else image
+            if image.shape[2] == channels:
+                yield image
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# Snow and VS-Snow on single images
-# ---------------------------------------------------------------------------------------------------------------
-def _snow_validate(options):
-    from anonpaper.methods.snow import Snow
-
-    means = options["channel_mean"]
-    if means is not None and (not isinstance(means, (list, tuple)) or not means
-                              or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in means)):
-        raise ValueError(f"option channel_mean must be a list of numbers (RGB order, 0-255), got {means!r}")
-    Snow(options["replace_fraction"], tuple(means or (0.0,)), options["mask_mode"], options["sampling"])
-
-
-def _vs_snow_validate(options):
-    from anonpaper.methods.snow import VSSnow
-
-    VSSnow(options["replace_fraction"], options["window_size"], options["sampling"])
-
-
-def _snow_prepare(files, options):
-    """Per-channel means over all pixels of all images (as ``snow.channel_mean``), separately for RGB and gray."""
-    if options["channel_mean"] is not None:
-        return None
-    # Streamed (one image in memory at a time): pixel-weighted running sums per channel count.
-    totals: dict[int, tuple[torch.Tensor, int]] = {}
-    for path, _ in files:
-        image = _as_tensor(read_image(path))
-        channels, pixels = image.shape[1], image.shape[2] * image.shape[3]
-        previous_sum, previous_pixels = totals.get(channels, (torch.zeros(channels, dtype=torch.float64), 0))
-        totals[channels] = (previous_sum + image.to(torch.float64).sum(dim=(0, 2, 3)), previous_pixels + pixels)
-    return {channels: total / pixels for channels, (total, pixels) in totals.items()}
-
-
-def _snow_apply(image, mask, seed, options, state):
-    from anonpaper.methods.snow import snow
-
-    channels = 1 if image.ndim == 2 else image.shape[2]
-    means = options["channel_mean"] if options["channel_mean"] is not None else state[channels]
-    result = snow(_as_tensor(image), options["replace_fraction"], means, mask_mode=options["mask_mode"],
-                  sampling=options["sampling"], seed=seed)
-    return _as_array(result, image)
-
-
-def _vs_snow_apply(image, mask, seed, options, state):
-    from anonpaper.methods.snow import vs_snow
-
-    result = vs_snow(_as_tensor(image), torch.from_numpy(mask).unsqueeze(0), options["replace_fraction"],
-                     window_size=options["window_size"], sampling=options["sampling"], seed=seed)
-    return _as_array(result, image)
-
-
-register_folder_method(FolderMethod(
-    name="snow", apply=_snow_apply, prepare=_snow_prepare, validate=_snow_validate, aliases={"p": "replace_fraction"},
-    defaults={"replace_fraction": 0.3, "seed": 0, "mask_mode": "per_channel", "sampling": "bernoulli",
-              "channel_mean": None}))
-register_folder_method(FolderMethod(
-    name="vs-snow", apply=_vs_snow_apply, validate=_vs_snow_validate, aliases={"p": "replace_fraction"},
-    needs_masks=True,
-    defaults={"replace_fraction": 0.3, "seed": 0, "window_size": 5, "sampling": "bernoulli", "masks": None}))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# the folder driver
-# ---------------------------------------------------------------------------------------------------------------
-def _resolve_options(method: FolderMethod, options: dict[str, Any] | None) -> dict[str, Any]:
-    resolved = dict(method.defaults)
-    given: dict[str, str] = {}
-    for name, value in (options or {}).items():
-        target = method.aliases.get(name, name)
-        if target not in method.defaults:
-            accepted = sorted(set(method.defaults) | set(method.aliases))
-            raise ValueError(f"method {method.name!r} has no option {name!r}; accepted options: {accepted}")
-        if target in given:
-            raise ValueError(f"method {method.name!r}: option {target!r} given twice (as {given[target]!r} and "
-                             f"{name!r})")
-        given[target] = name
-        default = method.defaults[target]
-        if isinstance(value, str) and isinstance(default, (int, float)) and not isinstance(default, bool):
-            # YAML reads "1e-1" as a string; accept any number spelling for numeric options.
-            try:
-                value = type(default)(value)
-            except ValueError:
-                raise ValueError(f"method {method.name!r}: option {name!r} must be a number, got {value!r}") from None
-        resolved[target] = value
-    return resolved
+    return {channels: anonymizer.fit(images_with(channels)) for channels in channel_counts}
 
 
 def _check_folders(input_dir: Path, output_dir: Path) -> None:
@@ -248,7 +140,7 @@ def anonymize_folder(method: str, input_dir: Path | str, output_dir: Path | str,
     """Anonymize every image under ``input_dir`` into ``output_dir`` (same relative paths, PNG files).
 
     Args:
-        method: A name in ``FOLDER_METHODS`` (``"snow"``, ``"vs-snow"``).
+        method: A registered method (:func:`anonpaper.methods.registry.available`: ``"snow"``, ``"vs-snow"``).
         input_dir: Folder of 8-bit grayscale or RGB images (searched recursively). Never written to.
         output_dir: New or empty folder, not the input folder, not inside it and not containing it.
         options: Method options (module docstring), e.g. ``{"p": 0.3, "seed": 1}``; ``"p"`` is the
@@ -264,25 +156,33 @@ def anonymize_folder(method: str, input_dir: Path | str, output_dir: Path | str,
         FileNotFoundError: Missing input folder, no images in it, missing ``masks`` folder or mask file.
         FileExistsError: Non-empty output folder.
     """
-    if method not in FOLDER_METHODS:
-        raise ValueError(f"unknown method {method!r}; available: {sorted(FOLDER_METHODS)}")
-    spec = FOLDER_METHODS[method]
-    resolved = _resolve_options(spec, options)
-    spec.validate(resolved)
+    options = dict(options or {})
+    # The folder's own options; everything else is the method's (validated by the registry).
+    seed = options.pop("seed", 0)
+    masks_option = options.pop("masks", None)
+    anonymizer = get(method, **options)
     input_dir, output_dir = Path(input_dir), Path(output_dir)
     _check_folders(input_dir, output_dir)
-    seed = resolved.get("seed", 0)
+    if isinstance(seed, str) and seed.isdigit():
+        seed = int(seed)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"option seed must be a non-negative integer, got {seed!r}")
 
+    if (input_dir / COHORT_MARKER).is_file():
+        # A written cohort: its images only (its masks/ are labels, not images to anonymize).
+        if masks_option is None and anonymizer.method.needs_masks and (input_dir / "masks" / "vessel").is_dir():
+            masks_option = input_dir / "masks" / "vessel"
+        input_dir = input_dir / "images"
     masks_dir = None
-    if spec.needs_masks:
-        if resolved.get("masks") is None:
+    if anonymizer.method.needs_masks:
+        if masks_option is None:
             raise ValueError(f"method {method!r} needs vessel masks: pass -o masks DIR (a folder of masks with the "
                              "images' file names)")
-        masks_dir = Path(resolved["masks"])
+        masks_dir = Path(masks_option)
         if not masks_dir.is_dir():
             raise FileNotFoundError(f"masks folder {masks_dir} does not exist or is not a folder")
+    elif masks_option is not None:
+        raise ValueError(f"method {method!r} takes no masks option")
 
     files = list_images(input_dir)
     if not files:
@@ -296,7 +196,7 @@ def anonymize_folder(method: str, input_dir: Path | str, output_dir: Path | str,
         targets[target] = relative
     mask_paths = {relative: _find_mask(masks_dir, relative) for _, relative in files} if masks_dir else {}
 
-    state = spec.prepare(files, resolved)
+    fitted = _folder_dataset_options(anonymizer, files)
     iterator = files
     if progress:
         from tqdm.auto import tqdm
@@ -309,7 +209,8 @@ def anonymize_folder(method: str, input_dir: Path | str, output_dir: Path | str,
         # A per-file seed: results do not depend on file order or on which other files are in the folder.
         image_seed = int(content_hash(seed, relative.as_posix()), 16)
         try:
-            result = spec.apply(image, mask, image_seed, resolved, state)
+            channels = 1 if image.ndim == 2 else image.shape[2]
+            result = fitted.get(channels, anonymizer).one(image, seed=image_seed, mask=mask)
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from error
         target = output_dir / relative.with_suffix(".png")

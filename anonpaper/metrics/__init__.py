@@ -8,7 +8,7 @@ which direction is better.
 Modules: :mod:`.quality` (MSE, PSNR, SSIM, IW-SSIM, LPIPS, feature-tap/domain LPIPS), :mod:`.distribution`
 (Frechet distance / FID, KID, SWD), :mod:`.identity` (FS_SIFT, FS_SR, bifurcation keypoints, verification,
 re-identification), :mod:`.lesion` (RROI, AMS), :mod:`.privacy` (linkability, singling out, membership and attribute
-inference), :mod:`.classification` (utility metrics), :mod:`.tradeoff` (trade-off score, Pareto front).
+inference), :mod:`.segmentation` (Dice), :mod:`.classification` (utility metrics), :mod:`.tradeoff` (trade-off score, Pareto front).
 """
 
 from ._validation import images_from_uint8
@@ -48,6 +48,7 @@ from .identity import (
     match_descriptors,
     pair_scores,
     patch_descriptors,
+    rank1_accuracy,
     reidentification_accuracy,
     select_threshold,
     verification_auc,
@@ -75,6 +76,7 @@ from .quality import (
     psnr,
     ssim,
 )
+from .segmentation import dice_score
 from .tradeoff import min_max_normalise, pareto_front, similarity_tradeoff_score
 
 __all__ = [
@@ -91,7 +93,9 @@ __all__ = [
     "keypoint_similarity",
     "vessel_bifurcations", "patch_descriptors",
     "bifurcation_keypoint_similarity", "pair_scores", "cross_pair_scores", "verification_metrics", "select_threshold",
-    "verification_auc", "equal_error_rate", "reidentification_accuracy",
+    "verification_auc", "equal_error_rate", "reidentification_accuracy", "rank1_accuracy",
+    # segmentation
+    "dice_score",
     # lesion
     "rroi", "attribute_matching_score", "attribute_matching_score_from_labels",
     # privacy

@@ -544,3 +544,25 @@ def reidentification_accuracy(
     top = np.argsort(-similarity, axis=1, kind="stable")[:, :rank]
     hits = (gallery_ids[top] == query_ids[:, None]).any(axis=1)
     return float(hits.mean())
+
+
+def rank1_accuracy(embeddings: np.ndarray, identities: np.ndarray) -> float:
+    """Leave-one-out rank-1 identification accuracy of embeddings (N, D) with identity labels (N,).
+
+    Only images whose identity occurs at least twice are queries; NaN when there is none. Higher is better.
+    Computed with :func:`reidentification_accuracy` (leave-one-out over the gallery).
+    """
+    embeddings = np.asarray(embeddings, dtype=np.float64)
+    identities = np.asarray(identities)
+    if embeddings.ndim != 2 or identities.shape != (embeddings.shape[0],):
+        raise ValueError(f"expected embeddings (N, D) and identities (N,), got {embeddings.shape} and "
+                         f"{identities.shape}")
+    values, occurrences = np.unique(identities, return_counts=True)
+    repeated = np.isin(identities, values[occurrences >= 2])
+    if not repeated.any():
+        return float("nan")
+    codes = np.unique(identities, return_inverse=True)[1]
+    # Leave-one-out over all images: an image whose identity occurs once can never hit, so the accuracy over the
+    # repeated images is the overall hit count divided by their number.
+    overall = reidentification_accuracy(embeddings, codes, embeddings, codes, exclude_same_index=True)
+    return float(overall * len(identities) / repeated.sum())

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from anonpaper.runner.cache import atomic_write_bytes
+from anonpaper.cache import atomic_write_bytes
 from anonpaper.runner.record import RECORD_PATH_VARIABLE, SCHEMA, read_record
 from anonpaper.runner.studies import Registry, Study
 from anonpaper.runtime import content_hash, environment_info, package_source_hash

@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from anonpaper.experiments.chapter import ChapterConfig
+from anonpaper.experiments.claims import Claim
 
 SCHEMA = "anonpaper.results/1"
 RECORD_PATH_VARIABLE = "ANONPAPER_RECORD_PATH"
@@ -44,44 +46,28 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"cannot record value of type {type(value).__name__}: {value!r}")
 
 
-@dataclass
-class Claim:
-    """A paper's claim tested on our data.
-
-    Attributes:
-        id: Short stable identifier, e.g. ``"snow-attacker-falls"``.
-        statement: The claim in words, as the paper makes it.
-        paper: The paper's number(s) or wording.
-        ours: Our measured number(s), from this run.
-        holds: Whether the claim holds on our data, computed from ``ours`` (None: not testable at this profile).
-        note: Why it does or does not hold, caveats.
-    """
-
-    id: str
-    statement: str
-    paper: Any
-    ours: Any
-    holds: bool | None
-    note: str = ""
-
-
 class Results:
     """Collects one notebook's metrics, claims and tables; ``save()`` writes them for the runner.
 
     Args:
         study: The study name (notebook stem), e.g. ``"00_cohorts"``.
-        parameters: The notebook's parameters as run (for the record; include ``SEED``).
+        parameters: The chapter's config (a :class:`~anonpaper.experiments.chapter.ChapterConfig`, recorded by its
+            notebook names) or a plain dict of the notebook's parameters (include ``SEED``).
 
     Example:
+        >>> from anonpaper.experiments.claims import decide
         >>> results = Results("demo", parameters={"SEED": 0})
         >>> results.metric("accuracy", np.float64(0.75))
         0.75
-        >>> results.claim("better", "A beats B", paper=">", ours=0.75, holds=0.75 > 0.5).holds
-        True
+        >>> results.add_claims([decide("better", "A beats B", paper=">", ours=0.75, holds=0.75 > 0.5)])
+        >>> results.claims[0].verdict
+        'holds'
     """
 
-    def __init__(self, study: str, parameters: dict[str, Any] | None = None):
+    def __init__(self, study: str, parameters: ChapterConfig | dict[str, Any] | None = None):
         self.study = study
+        if isinstance(parameters, ChapterConfig):
+            parameters = parameters.parameters()
         self.parameters = _plain(dict(parameters or {}))
         self.metrics: dict[str, Any] = {}
         self.claims: list[Claim] = []
@@ -100,27 +86,26 @@ class Results:
         for name, value in values.items():
             self.metric(f"{prefix}/{name}", value)
 
-    def claim(self, id: str, statement: str, paper: Any, ours: Any, holds: bool | None, note: str = "") -> Claim:
-        """Record a claim; ``holds`` must be computed from ``ours`` by the notebook, never typed in."""
-        if holds is not None and not isinstance(holds, (bool, np.bool_)):
-            raise ValueError(f"claim {id!r}: holds must be True, False or None, got {holds!r}")
-        if any(existing.id == id for existing in self.claims):
-            raise ValueError(f"claim {id!r} recorded twice")
-        claim = Claim(id=id, statement=statement, paper=_plain(paper), ours=_plain(ours),
-                      holds=None if holds is None else bool(holds), note=note)
-        self.claims.append(claim)
-        return claim
+    def add_claims(self, claims) -> None:
+        """Record claims computed by the chapter's library code (:func:`anonpaper.experiments.claims.decide`)."""
+        for claim in claims:
+            if not isinstance(claim, Claim):
+                raise TypeError(f"claims must be anonpaper.experiments.claims.Claim objects, got {type(claim).__name__}")
+            if any(existing.id == claim.id for existing in self.claims):
+                raise ValueError(f"claim {claim.id!r} recorded twice")
+            _plain(claim.as_dict())  # fails early on a value a record cannot hold
+            self.claims.append(claim)
 
     def table(self, name: str, frame) -> None:
         """Record a small table (a pandas DataFrame) as a list of row dicts."""
         self.tables[name] = _plain(frame.reset_index(drop=frame.index.name is None).to_dict(orient="records"))
 
     def claims_frame(self):
-        """The claims as a DataFrame, for display in the chapter."""
+        """The claims as a DataFrame (id, kind, statement, paper, ours, verdict, reason), for the chapter."""
         import pandas as pd
 
-        columns = ["id", "statement", "paper", "ours", "holds", "note"]
-        return pd.DataFrame([asdict(claim) for claim in self.claims], columns=columns)
+        columns = ["id", "kind", "statement", "paper", "ours", "verdict", "reason"]
+        return pd.DataFrame([claim.as_dict() for claim in self.claims], columns=columns)
 
     def to_dict(self) -> dict[str, Any]:
         from anonpaper.runtime import environment_info
@@ -131,14 +116,14 @@ class Results:
             "parameters": self.parameters,
             "seed": self.parameters.get("SEED"),
             "metrics": self.metrics,
-            "claims": [asdict(claim) for claim in self.claims],
+            "claims": [_plain(claim.as_dict()) for claim in self.claims],
             "tables": self.tables,
             "environment": environment_info(),
         }
 
     def save(self, path: str | Path | None = None) -> Path | None:
         """Write the record to ``path`` or ``$ANONPAPER_RECORD_PATH``; without either, write nothing."""
-        from anonpaper.runner.cache import atomic_write_bytes
+        from anonpaper.cache import atomic_write_bytes
 
         target = path or os.environ.get(RECORD_PATH_VARIABLE)
         if not target:

@@ -10,13 +10,14 @@ Layout of ``params.yaml``::
       00_cohorts:
         title: "The phantom cohorts"
         depends_on: []
-        parameters:            # overrides of the notebook's own `parameters` cell, per profile
+        config: anonpaper.experiments.cohorts.Config   # the chapter's config class (the source of defaults)
+        parameters:            # what smoke and paper change; quick is the config's defaults
           smoke: {N_PATIENTS: 12}
-          quick: {N_PATIENTS: 200}
           paper: {N_PATIENTS: 1000}
 
-A notebook's defaults live in its tagged ``parameters`` cell; ``params.yaml`` only lists what a profile changes,
-and every name it lists must exist in that cell (checked, so a typo fails loudly).
+A chapter's defaults live in its config dataclass (see :mod:`anonpaper.experiments.chapter`), whose
+``parameters_cell()`` is the notebook's tagged ``parameters`` cell; ``params.yaml`` only lists what a profile
+changes, and every name it lists must exist in that cell (checked, so a typo fails loudly).
 """
 
 from __future__ import annotations
@@ -60,6 +61,20 @@ class Study:
     notebook: Path
     depends_on: list[str] = field(default_factory=list)
     profile_parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    config: str | None = None  # "package.module.Class" of the chapter's ChapterConfig
+
+    def config_class(self) -> type:
+        """The chapter's config class named by ``config`` (ValueError when it is missing or not importable)."""
+        import importlib
+
+        if not self.config:
+            raise ValueError(f"study {self.name!r} names no config class in {PARAMS_FILE}")
+        module_name, _, class_name = self.config.rpartition(".")
+        try:
+            return getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError, ValueError) as error:
+            raise ValueError(f"{PARAMS_FILE}: study {self.name!r}: config {self.config!r} is not importable "
+                             f"({error})") from None
 
     def parameters(self, profile: str) -> dict[str, Any]:
         """The parameters a profile sets (beyond the notebook's defaults)."""
@@ -147,7 +162,8 @@ def load_registry(root: Path | None = None) -> Registry:
         if unknown_profiles:
             raise ValueError(f"{path}: study {name!r} sets parameters for unknown profile(s) {sorted(unknown_profiles)}")
         studies[name] = Study(name=name, title=spec.get("title", name), notebook=notebook,
-                              depends_on=list(spec.get("depends_on") or []), profile_parameters=parameters)
+                              depends_on=list(spec.get("depends_on") or []), profile_parameters=parameters,
+                              config=spec.get("config"))
     for study in studies.values():
         missing = [dependency for dependency in study.depends_on if dependency not in studies]
         if missing:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from anonpaper.runner.cache import atomic_torch_save
+from anonpaper.cache import atomic_torch_save
 
 
 def capture_rng_state() -> dict[str, Any]:

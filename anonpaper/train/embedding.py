@@ -15,35 +15,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from anonpaper.metrics.identity import rank1_accuracy
 from anonpaper.models.embedding import ArcFaceHead
 from anonpaper.models.normalization import InputNormalization, channel_statistics
 from anonpaper.runtime import content_hash, get_device
 from anonpaper.train.loop import (TrainResult, as_image_tensor, batched_forward, fit, labelled_minibatches,
                                   model_device)
-
-
-def rank1_accuracy(embeddings: np.ndarray, identities: np.ndarray) -> float:
-    """Leave-one-out rank-1 identification accuracy of embeddings (N, D) with identity labels (N,).
-
-    Only images whose identity occurs at least twice are queries; NaN when there is none. Higher is better.
-    The metric itself is :func:`anonpaper.metrics.identity.reidentification_accuracy`.
-    """
-    from anonpaper.metrics.identity import reidentification_accuracy
-
-    embeddings = np.asarray(embeddings, dtype=np.float64)
-    identities = np.asarray(identities)
-    if embeddings.ndim != 2 or identities.shape != (embeddings.shape[0],):
-        raise ValueError(f"expected embeddings (N, D) and identities (N,), got {embeddings.shape} and "
-                         f"{identities.shape}")
-    values, occurrences = np.unique(identities, return_counts=True)
-    repeated = np.isin(identities, values[occurrences >= 2])
-    if not repeated.any():
-        return float("nan")
-    codes = np.unique(identities, return_inverse=True)[1]
-    # Leave-one-out over all images: an image whose identity occurs once can never hit, so the accuracy over the
-    # repeated images is the overall hit count divided by their number.
-    overall = reidentification_accuracy(embeddings, codes, embeddings, codes, exclude_same_index=True)
-    return float(overall * len(identities) / repeated.sum())
 
 
 def train_embedding(model: nn.Module, images: Any, identities: Any, *, epochs: int, batch_size: int = 32,

@@ -17,29 +17,10 @@ from scipy import ndimage
 from torch import nn
 from torch.nn import functional as F
 
+from anonpaper.metrics.segmentation import dice_score
 from anonpaper.models.normalization import InputNormalization, channel_statistics
 from anonpaper.runtime import content_hash, get_device
 from anonpaper.train.loop import TrainResult, as_image_tensor, autocast_context, fit, model_device
-
-
-def dice_score(prediction: Any, target: Any) -> float:
-    """Dice coefficient ``2 |P and T| / (|P| + |T|)`` of two binary masks over all their elements.
-
-    Higher is better; 1.0 when both masks are empty. (A private helper of the segmentation trainer; the metrics
-    package may hold the canonical one.)
-
-    Args:
-        prediction: Boolean or {0, 1} array/tensor of any shape.
-        target: Same shape as ``prediction``.
-    """
-    prediction = np.asarray(prediction.cpu() if isinstance(prediction, torch.Tensor) else prediction).astype(bool)
-    target = np.asarray(target.cpu() if isinstance(target, torch.Tensor) else target).astype(bool)
-    if prediction.shape != target.shape:
-        raise ValueError(f"dice_score: prediction shape {prediction.shape} != target shape {target.shape}")
-    total = prediction.sum() + target.sum()
-    if total == 0:
-        return 1.0
-    return float(2.0 * np.logical_and(prediction, target).sum() / total)
 
 
 def dual_threshold(probability: Any, high: float = 0.5, low: float = 0.3, connectivity: int = 8) -> np.ndarray:

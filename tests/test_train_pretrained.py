@@ -1,4 +1,4 @@
-"""Tests of the cached cohort-trained networks (anonpaper.models.pretrained)."""
+"""Tests of the cached cohort-trained networks (anonpaper.train.pretrained)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-import anonpaper.models.pretrained as pretrained
+import anonpaper.train.pretrained as pretrained
 from anonpaper.data.phantoms.retina import load_phantom_retina
 from anonpaper.train.segmenter import segment
 

@@ -2,7 +2,7 @@
 
 Paper 1 needs a vessel-segmentation U-Net and a hard-exudate U-Net (its domain LPIPS and RROI) and SuperRetina
 (FS_SR). No such weights are obtainable offline, so these functions train them on a cohort's train split and
-cache the result with :class:`anonpaper.runner.cache.ArtifactCache`, keyed by a description of the cohort (name,
+cache the result with :class:`anonpaper.cache.ArtifactCache`, keyed by a description of the cohort (name,
 length, hash of its table, phantom config), the training settings and the seed (and, by default, the package
 source hash, so a code change retrains). A second call with the same arguments loads the cached weights instead
 of training.
@@ -26,10 +26,11 @@ from torch import nn
 from anonpaper.models.keypoints import KeypointNet, detection_precision_recall
 from anonpaper.models.normalization import InputNormalization
 from anonpaper.models.unet import UNet
-from anonpaper.runner.cache import ArtifactCache
+from anonpaper.cache import ArtifactCache
 from anonpaper.runtime import content_hash
 from anonpaper.train.keypoints import cohort_keypoints, cohort_pairs, train_keypoint_detector
-from anonpaper.train.segmenter import dice_score, segment, train_segmenter
+from anonpaper.metrics.segmentation import dice_score
+from anonpaper.train.segmenter import segment, train_segmenter
 
 
 @dataclass

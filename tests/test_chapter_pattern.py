@@ -1,0 +1,75 @@
+"""The chapter pattern: configs are the single source of parameters, claims speak one vocabulary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from anonpaper.experiments.chapter import ChapterConfig, parameter
+from anonpaper.experiments.claims import DECISION_Z, decide, instrument_failed
+from anonpaper.runner.parameter_cells import notebook_parameters_source
+from anonpaper.runner.studies import load_registry
+
+pytestmark = pytest.mark.unit
+REGISTRY = load_registry()
+
+
+@pytest.mark.parametrize("name", list(REGISTRY.studies))
+def test_every_chapter_names_a_config_and_its_notebook_cell_is_generated_from_it(name):
+    study = REGISTRY.studies[name]
+    assert study.config, f"{name}: notebooks/params.yaml names no config class"
+    config_class = study.config_class()
+    assert issubclass(config_class, ChapterConfig)
+    assert notebook_parameters_source(study) == config_class.parameters_cell(), (
+        f"{study.notebook}: the parameters cell differs from {study.config}.parameters_cell(); run "
+        "`python -m anonpaper.runner.parameter_cells`")
+    config_class()  # the defaults (the quick profile) are a valid config
+
+
+@pytest.mark.parametrize("name", list(REGISTRY.studies))
+def test_profile_overrides_make_valid_configs_and_quick_is_the_defaults(name):
+    study = REGISTRY.studies[name]
+    config_class = study.config_class()
+    assert not study.parameters("quick"), f"{name}: quick must be the config's defaults (quick: {{}})"
+    defaults = config_class().parameters()
+    for profile in REGISTRY.profiles:
+        config = config_class.from_parameters({**defaults, **study.parameters(profile)})
+        assert config.parameters() == {**defaults, **study.parameters(profile)} or profile == "quick"
+
+
+@dataclass(frozen=True)
+class _Demo(ChapterConfig):
+    seed: int = parameter(0, "Seed.")
+    sizes: tuple = parameter((1, 2), "Sizes in pixels.")
+
+    def __post_init__(self):
+        if self.seed < 0:
+            raise ValueError(f"SEED must be >= 0, got {self.seed}")
+
+
+def test_config_round_trip_and_validation():
+    config = _Demo.from_parameters({"SEED": 2, "SIZES": [3], "UNRELATED": 1})
+    assert config == _Demo(seed=2, sizes=(3,))
+    assert _Demo.from_parameters(config.parameters()) == config
+    with pytest.raises(ValueError, match="SEED must be >= 0"):
+        _Demo.from_parameters({"SEED": -1})
+    with pytest.raises(TypeError, match="immutable"):
+        parameter([1, 2], "a list default")
+
+
+def test_claim_vocabulary_and_the_one_small_test_set_rule():
+    held = decide("a", "A", paper=1, ours=2, holds=True, reason="2 > 1", n=50, min_n=40)
+    failed = decide("a", "A", paper=1, ours=0, holds=False, reason="0 < 1", n=50, min_n=40)
+    small = decide("a", "A", paper=1, ours=2, holds=True, reason="2 > 1", n=10, min_n=40)
+    noisy = decide("a", "A", paper=1, ours=2, holds=None, reason="difference within 2 SE")
+    assert [c.verdict for c in (held, failed, small, noisy)] == ["holds", "does not hold", "undecided", "undecided"]
+    assert [c.holds for c in (held, failed, small, noisy)] == [True, False, None, None]
+    assert small.reason.startswith("too few test images (10 < 40)")
+    broken = instrument_failed(held, "vessel segmenter", "test Dice 0.2 < 0.5")
+    assert broken.verdict == "undecided" and "vessel segmenter failed its check" in broken.reason
+    with pytest.raises(ValueError, match="needs a reason"):
+        decide("a", "A", paper=1, ours=2, holds=None)
+    with pytest.raises(ValueError, match="kind"):
+        decide("a", "A", paper=1, ours=2, holds=True, kind="other")
+    assert DECISION_Z == 2.0
