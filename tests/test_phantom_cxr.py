@@ -8,8 +8,9 @@ import pytest
 
 from anonpaper.data.cohort import REQUIRED_COLUMNS, validate_table
 from anonpaper.data.phantoms.cxr import (FINDING_MASK, FINDINGS, MASK_NAMES, CXRPhantomCohort, CXRPhantomConfig,
-                                         build_cxr_table, cxr_statistics, load_phantom_cxr, plot_cxr_examples)
+                                         build_cxr_table, load_phantom_cxr)
 from anonpaper.data.registry import load_cohort
+from anonpaper.experiments.cohorts import cxr_statistics, plot_cxr_examples
 
 SMALL = dict(n_patients=8, image_size=64, images_per_patient=3, seed=3)
 

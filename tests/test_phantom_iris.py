@@ -8,9 +8,9 @@ import pytest
 
 from anonpaper.data.cohort import validate_table
 from anonpaper.data.phantoms.iris import (DISEASE_TYPES, MASK_NAMES, IrisPhantomCohort, IrisPhantomConfig,
-                                          build_iris_table, iris_polar_texture, iris_statistics, load_phantom_iris,
-                                          plot_iris_examples)
+                                          build_iris_table, iris_polar_texture, load_phantom_iris)
 from anonpaper.data.registry import load_cohort
+from anonpaper.experiments.cohorts import iris_statistics, plot_iris_examples
 
 SMALL = dict(n_subjects=6, images_per_eye=3, image_size=64, seed=2)
 

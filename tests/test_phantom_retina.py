@@ -10,9 +10,10 @@ import pytest
 from anonpaper.data.cohort import REQUIRED_COLUMNS
 from anonpaper.data.phantoms.retina import (
     LITERATURE_SEX_SHIFT_SD, SEX_SHIFT_SD, VASCULAR_TRAITS, RetinaPhantomCohort, RetinaPhantomConfig,
-    load_phantom_retina, make_retina_table, plot_retina_examples, retina_statistics, sex_signal_auc)
+    load_phantom_retina, make_retina_table, sex_signal_auc)
 from anonpaper.data.phantoms.retina_render import MASK_NAMES
 from anonpaper.data.registry import load_cohort
+from anonpaper.experiments.cohorts import plot_retina_examples, retina_statistics
 
 LESIONS = ("microaneurysm", "haemorrhage", "hard_exudate", "cotton_wool", "neovascularisation")
 
@@ -242,5 +243,7 @@ def test_statistics_table_and_figure():
     assert 5 < row["ours_mean"] < 16
     ratio = stats.set_index("quantity").loc["artery/vein calibre ratio (trunks, geometry)", "ours_mean"]
     assert 0.6 < ratio < 0.85
+    zone_b = stats.set_index("quantity").loc["artery/vein calibre ratio (zone B, widest vessels, masks; >= 512 px only)"]
+    assert np.isnan(zone_b["ours_mean"]) and pd.isna(zone_b["within_range"]), "not measurable at 256 px, not judged"
     figure = plot_retina_examples(cohort, grades=(0, 4))
     assert len(figure.axes) == 8

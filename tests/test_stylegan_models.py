@@ -141,7 +141,7 @@ def test_style_dimensions_per_config():
 
 @pytest.mark.unit
 def test_paper_configs_have_published_style_dimensions():
-    """REFERENCE_NOTES section 1: S has 7,424 channels for SG2 (channel base 16384) and 6,175 for SG3-T at 256 px."""
+    """Paper 1 (Zhao et al. 2023) and the official configs: S has 7,424 channels for SG2 (channel base 16384) and 6,175 for SG3-T at 256 px."""
     sg2 = StyleGenerator(get_config("sg2-paper256"), seed=0)
     assert sg2.style_layout.total_channels == 7424 and sg2.num_ws == 14
     sg3 = StyleGenerator(get_config("sg3t-paper256"), seed=0)

@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import textwrap
 from dataclasses import dataclass
 from typing import Any, Mapping, TypeVar
@@ -64,6 +65,15 @@ def _to_notebook(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_to_notebook(item) for item in value]
     return value
+
+
+def _literal(value: Any) -> str:
+    """Python source for a parameter value, strings in double quotes (the notebooks' style)."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_literal(item) for item in value) + "]"
+    return repr(value)
 
 
 def _from_notebook(value: Any) -> Any:
@@ -111,7 +121,7 @@ class ChapterConfig:
         lines = []
         for field in cls.parameter_fields():
             lines += textwrap.wrap(field.metadata[HELP], width=116, initial_indent="# ", subsequent_indent="# ")
-            lines.append(f"{notebook_name(field.name)} = {_to_notebook(field.default)!r}")
+            lines.append(f"{notebook_name(field.name)} = {_literal(field.default)}")
         return "\n".join(lines)
 
     def replace(self: ConfigT, **changes: Any) -> ConfigT:

@@ -112,5 +112,6 @@ def instrument_failed(claim: Claim, instrument: str, why: str) -> Claim:
         instrument: What failed, e.g. ``"vessel segmenter"``.
         why: The failed check with its numbers, e.g. ``"test Dice 0.21 < 0.5"``.
     """
-    return Claim(claim.id, claim.statement, claim.paper, claim.ours, UNDECIDED,
-                 f"{instrument} failed its check ({why})", claim.kind, claim.by_design, claim.n, claim.min_n)
+    reason = f"{instrument} failed its check ({why})" + (f"; {claim.reason}" if claim.reason else "")
+    return Claim(claim.id, claim.statement, claim.paper, claim.ours, UNDECIDED, reason, claim.kind, claim.by_design,
+                 claim.n, claim.min_n)

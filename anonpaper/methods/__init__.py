@@ -1,0 +1,13 @@
+"""Anonymization methods. One registry serves every caller: ``get(name, **options)`` returns a callable
+:class:`ImageAnonymizer` (uint8 ``(N, H, W, C)`` in and out) used by the chapters, the folder writer and the CLI.
+
+Modules: :mod:`.registry` (the registry and adapter), :mod:`.snow` (Snow and VS-Snow, paper 2), :mod:`.folder`
+(apply a method to a folder of images).
+"""
+
+from anonpaper.methods.folder import anonymize_folder
+from anonpaper.methods.registry import ImageAnonymizer, MethodSpec, available, get, register, spec
+from anonpaper.methods.snow import Snow, VSSnow, channel_mean, snow, vs_snow
+
+__all__ = ["ImageAnonymizer", "MethodSpec", "Snow", "VSSnow", "anonymize_folder", "available", "channel_mean", "get",
+           "register", "snow", "spec", "vs_snow"]

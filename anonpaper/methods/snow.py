@@ -6,7 +6,7 @@ p, of image pixels. It assigns the corresponding channel average pixel intensity
 ``I(x)`` a scalar intensity in [0, 255]. We therefore draw the replacement mask **independently per channel** by
 default (``mask_mode="per_channel"``): a red value and the green value at the same location are replaced or kept
 independently, each by its own dataset channel mean ``mu_c``. ``mask_mode="per_location"`` replaces all channels of a
-selected pixel location together (John et al.'s grayscale Snow carried to colour; the reading in REFERENCE_NOTES).
+selected pixel location together (John et al.'s grayscale Snow carried to colour, the other reading of the text).
 
 VS-Snow (vessels only, paper eq. 2). A fraction p of the vessel-mask pixel *locations* is selected; every channel of
 a selected location is replaced by that channel's mean over its neighbouring vessel pixels. The paper does not

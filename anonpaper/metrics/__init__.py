@@ -8,7 +8,8 @@ which direction is better.
 Modules: :mod:`.quality` (MSE, PSNR, SSIM, IW-SSIM, LPIPS, feature-tap/domain LPIPS), :mod:`.distribution`
 (Frechet distance / FID, KID, SWD), :mod:`.identity` (FS_SIFT, FS_SR, bifurcation keypoints, verification,
 re-identification), :mod:`.lesion` (RROI, AMS), :mod:`.privacy` (linkability, singling out, membership and attribute
-inference), :mod:`.segmentation` (Dice), :mod:`.classification` (utility metrics), :mod:`.tradeoff` (trade-off score, Pareto front).
+inference), :mod:`.segmentation` (Dice), :mod:`.saliency` (saliency enrichment),
+:mod:`.statistics` (patient bootstrap, decision rules), :mod:`.classification` (utility metrics), :mod:`.tradeoff` (trade-off score, Pareto front).
 """
 
 from ._validation import images_from_uint8
@@ -76,7 +77,9 @@ from .quality import (
     psnr,
     ssim,
 )
+from .saliency import saliency_vessel_enrichment
 from .segmentation import dice_score
+from .statistics import beyond_noise, patient_bootstrap_se, sequence_falls
 from .tradeoff import min_max_normalise, pareto_front, similarity_tradeoff_score
 
 __all__ = [
@@ -94,8 +97,10 @@ __all__ = [
     "vessel_bifurcations", "patch_descriptors",
     "bifurcation_keypoint_similarity", "pair_scores", "cross_pair_scores", "verification_metrics", "select_threshold",
     "verification_auc", "equal_error_rate", "reidentification_accuracy", "rank1_accuracy",
-    # segmentation
-    "dice_score",
+    # segmentation, saliency
+    "dice_score", "saliency_vessel_enrichment",
+    # statistics and decision rules
+    "patient_bootstrap_se", "beyond_noise", "sequence_falls",
     # lesion
     "rroi", "attribute_matching_score", "attribute_matching_score_from_labels",
     # privacy

@@ -25,7 +25,7 @@ def min_max_normalise(values) -> np.ndarray:
 
 
 def similarity_tradeoff_score(fs_sift, fs_sr, rroi, ams, eta) -> np.ndarray:
-    """Paper 1's trade-off score (Eq. 14, as reconstructed in REFERENCE_NOTES section 1), per method and eta.
+    """Paper 1's trade-off score (Eq. 14 of Zhao et al., Biomed. Opt. Express 2023, in the form the authors' public code computes), per method and eta.
 
     Each metric is min-max normalised across the ``M`` compared methods; ``IDsim = (norm FS_SIFT + norm FS_SR) / 2``,
     ``Lesionsim = (norm RROI + norm AMS) / 2`` and ``score(eta) = (1 - eta) * (1 - IDsim) + eta * Lesionsim``. The

@@ -1,6 +1,6 @@
 """FR-UNet-style full-resolution segmentation network (Liu et al., 2022), as used by VS-Snow (paper 2).
 
-Facts followed (REFERENCE_NOTES section 2): an HRNet-like network that keeps a full-resolution branch all the way
+Facts followed (Liu et al., IEEE J. Biomed. Health Inform. 2022, and their public code): an HRNet-like network that keeps a full-resolution branch all the way
 through, 4 resolutions (32/64/128/256 filters in the paper; configurable here for CPU profiles), blocks of
 2 x (conv3x3 - BatchNorm - Dropout 0.2 - LeakyReLU 0.1), and an output equal to the mean of 5 full-resolution
 heads. The layout below is this package's own design of such a network:

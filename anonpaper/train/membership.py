@@ -1,4 +1,4 @@
-"""Membership inference against k-anonymous synthetic images (k-SALSA protocol, REFERENCE_NOTES section 4).
+"""Membership inference against k-anonymous synthetic images (the k-SALSA protocol: Jeon et al., ECCV 2022).
 
 The attacker is a pair classifier on the channel concatenation ``[synthetic, candidate real]`` (6 channels for RGB)
 that predicts "the candidate was a member of the cluster this synthetic image was made from". It is trained on

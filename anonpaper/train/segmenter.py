@@ -1,7 +1,7 @@
 """Patch-based binary segmenter training (FR-UNet recipe of paper 2), full-image inference and FR-UNet's
 dual-threshold post-processing.
 
-Training follows REFERENCE_NOTES section 2: patches (48 x 48 with stride 6 in FR-UNet; random patches are the
+Training follows FR-UNet (Liu et al., IEEE J. Biomed. Health Inform. 2022): patches (48 x 48 with stride 6 in FR-UNet; random patches are the
 cheaper alternative), BCE (optionally + soft Dice), Adam lr 1e-4 weight decay 1e-5, cosine schedule.
 Patches are gathered from coordinates on the fly, so a dense stride never materialises every patch in memory.
 """

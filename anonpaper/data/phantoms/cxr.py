@@ -44,7 +44,7 @@ import cv2
 import numpy as np
 import pandas as pd
 
-from anonpaper.data.cohort import SPLITS, Cohort
+from anonpaper.data.cohort import Cohort
 from anonpaper.data.phantoms.drawing import (LRUCache, blob_polygon, derive_seed, draw_polyline, fill_polygon,
                                              gaussian_blur, smooth_noise, to_uint8)
 from anonpaper.data.phantoms.base import RenderedPhantomCohort, load_phantom
@@ -697,69 +697,3 @@ def load_phantom_cxr(root: str | Path | None = None, **options: Any) -> Cohort:
 # ----------------------------------------------------------------------------------------------------------------
 # Cohort-chapter helpers
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def cxr_statistics(cohort: CXRPhantomCohort) -> pd.DataFrame:
-    """Summary table of a CXR cohort: counts, images per patient, prevalence of each label value per split.
-
-    Returns:
-        DataFrame indexed by statistic name with one column per split plus ``all`` (values are floats/counts).
-    """
-    table = cohort.table
-    # Every split gets a column (empty splits give counts 0 and NaN statistics).
-    groups = {"all": table, **{name: table[table["split"] == name] for name in SPLITS}}
-    stats: dict[str, dict[str, float]] = {}
-    for name, part in groups.items():
-        per_patient = part.groupby("patient_id").size()
-        column = {
-            "images": float(len(part)),
-            "patients": float(part["patient_id"].nunique()),
-            "images_per_patient_median": float(per_patient.median()),
-            "images_per_patient_max": float(per_patient.max()),
-            "patients_with_>=20_images": float((per_patient >= 20).sum()),
-            "images_of_patients_>=20": float(per_patient[per_patient >= 20].sum()),
-            "female_fraction": float((part["sex"] == "F").mean()),
-            "age_mean": float(part["age"].mean()),
-            "AP_fraction": float((part["view"] == "AP").mean()),
-        }
-        for finding in FINDINGS + ("no_finding",):
-            labels = part[f"label_{finding}"]
-            column[f"{finding}_positive"] = float((labels == 1).mean())
-            if (labels == -1).any():
-                column[f"{finding}_uncertain"] = float((labels == -1).mean())
-        stats[name] = column
-    return pd.DataFrame(stats)
-
-
-def plot_cxr_examples(cohort: CXRPhantomCohort, n_patients: int = 3, images_per_patient: int = 4,
-                      show_masks: bool = True):
-    """Figure: rows = patients (several images each, identity visible), mask outlines of the findings on top.
-
-    Returns:
-        matplotlib Figure.
-    """
-    import matplotlib.pyplot as plt
-
-    table = cohort.table
-    counts = table.groupby("patient_id").size()
-    patients = counts[counts >= images_per_patient].index[:n_patients].tolist() or counts.index[:n_patients].tolist()
-    fig, axes = plt.subplots(len(patients), images_per_patient, figsize=(2.4 * images_per_patient,
-                                                                         2.6 * len(patients)), squeeze=False)
-    colours = {"effusion": "cyan", "opacity": "orange", "atelectasis": "magenta", "support_devices": "lime",
-               "heart": "red"}
-    for row_axes, patient in zip(axes, patients):
-        indices = np.flatnonzero(table["patient_id"].to_numpy() == patient)[:images_per_patient]
-        for axis in row_axes:
-            axis.axis("off")
-        for axis, index in zip(row_axes, indices):
-            axis.imshow(cohort.image(int(index)), cmap="gray", vmin=0, vmax=255)
-            if show_masks:
-                masks = cohort.masks(int(index))
-                for name, colour in colours.items():
-                    if masks[name].any():
-                        axis.contour(masks[name], levels=[0.5], colors=colour, linewidths=0.6)
-            record = table.iloc[int(index)]
-            found = [f[:6] for f in FINDINGS if record[f"label_{f}"] == 1]
-            axis.set_title(f"{patient[-4:]} #{record['study_index']} {','.join(found)}", fontsize=7)
-    fig.tight_layout()
-    return fig

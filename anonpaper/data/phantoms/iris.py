@@ -37,7 +37,7 @@ import cv2
 import numpy as np
 import pandas as pd
 
-from anonpaper.data.cohort import SPLITS, Cohort
+from anonpaper.data.cohort import Cohort
 from anonpaper.data.phantoms.drawing import (LRUCache, derive_seed, draw_polyline, gaussian_blur, smooth_noise,
                                              to_uint8)
 from anonpaper.data.phantoms.base import RenderedPhantomCohort, load_phantom
@@ -432,64 +432,3 @@ def load_phantom_iris(root: str | Path | None = None, **options: Any) -> Cohort:
 # ----------------------------------------------------------------------------------------------------------------
 # Cohort-chapter helpers
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def iris_statistics(cohort: IrisPhantomCohort) -> pd.DataFrame:
-    """Summary of an iris cohort per subject-level split and per image-level split.
-
-    Returns:
-        DataFrame indexed by statistic with columns ``all``, ``split=<name>`` and ``within=<name>``.
-    """
-    table = cohort.table
-    groups = {"all": table}
-    # Every split gets a column (empty splits give counts 0 and NaN statistics).
-    groups.update({f"split={name}": table[table["split"] == name] for name in SPLITS})
-    groups.update({f"within={name}": table[table["split_within_subject"] == name] for name in SPLITS})
-    stats = {}
-    for name, part in groups.items():
-        column = {
-            "images": float(len(part)),
-            "subjects": float(part["patient_id"].nunique()),
-            "identities": float(part["identity"].nunique()),
-            "images_per_identity": float(part.groupby("identity").size().mean()) if len(part) else float("nan"),
-            "disease_fraction_images": float(part["disease"].mean()),
-            "diseased_to_healthy_ratio": float(part["disease"].sum() / max(1, (part["disease"] == 0).sum())),
-        }
-        for kind in DISEASE_TYPES:
-            column[f"type_{kind}"] = float((part["disease_type"] == kind).mean())
-        column["pupil_ratio_mean"] = float(part["pupil_ratio"].mean())
-        stats[name] = column
-    return pd.DataFrame(stats)
-
-
-def plot_iris_examples(cohort: IrisPhantomCohort, n_identities: int = 4, images_per_identity: int = 4,
-                       show_masks: bool = True):
-    """Figure: rows = identities (healthy and diseased first), columns = their images, lesion outlined.
-
-    Returns:
-        matplotlib Figure.
-    """
-    import matplotlib.pyplot as plt
-
-    table = cohort.table
-    firsts = table.groupby("identity").first()
-    diseased = firsts.index[firsts["disease"] == 1].tolist()
-    healthy = firsts.index[firsts["disease"] == 0].tolist()
-    chosen = (diseased[: (n_identities + 1) // 2] + healthy)[:n_identities]
-    fig, axes = plt.subplots(len(chosen), images_per_identity,
-                             figsize=(2.2 * images_per_identity, 2.35 * len(chosen)), squeeze=False)
-    for row_axes, identity in zip(axes, chosen):
-        indices = np.flatnonzero(table["identity"].to_numpy() == identity)[:images_per_identity]
-        for axis in row_axes:
-            axis.axis("off")
-        for axis, index in zip(row_axes, indices):
-            axis.imshow(cohort.image(int(index)), cmap="gray", vmin=0, vmax=255)
-            if show_masks:
-                masks = cohort.masks(int(index))
-                if masks["lesion"].any():
-                    axis.contour(masks["lesion"], levels=[0.5], colors="red", linewidths=0.6)
-                axis.contour(masks["occlusion"], levels=[0.5], colors="yellow", linewidths=0.4)
-            record = table.iloc[int(index)]
-            axis.set_title(f"{identity[-8:]} {record['disease_type'] or 'healthy'}", fontsize=7)
-    fig.tight_layout()
-    return fig

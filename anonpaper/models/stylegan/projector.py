@@ -1,6 +1,6 @@
 """Latent optimisation ("projection") of real images into W or W+, StyleGAN2-ADA projector recipe.
 
-Recipe (Karras et al. 2020, ADA code base; REFERENCE_NOTES section 1): start at the mean w (estimated from
+Recipe (Karras et al. 2020, the StyleGAN2-ADA code base): start at the mean w (estimated from
 ``w_avg_samples`` mapped latents), Adam (0.9, 0.999) with learning rate ``initial_lr`` ramped up over the first 5%
 of the steps and down by a cosine over the last 25%; Gaussian noise of scale ``w_std * 0.05`` (decaying
 quadratically to zero at 75% of the steps) is added to w for exploration. For StyleGAN2 the per-layer noise maps

@@ -1,4 +1,4 @@
-"""The cohort chapter's checks: is identity matchable, are the attributes learnable, and how much do vessels carry?
+"""The cohort chapter's measurements: is identity matchable, are the attributes learnable, and how much do vessels carry?
 
 These are the measurements that make a phantom cohort worth experimenting on: the anonymization papers need
 identity to be recoverable from raw images (otherwise there is nothing to protect) and the medical labels to be
@@ -212,8 +212,3 @@ def verification_on_heldout_patients(cohort: Cohort, *, epochs: int, backbone: s
     return {"auroc": verification_auc(similarity, pairs["same"].to_numpy(), higher_means_same=True),
             "n_train_patients": int(train.table["patient_id"].nunique()),
             "n_test_patients": int(test.table["patient_id"].nunique()), "n_pairs": len(pairs)}
-
-
-def holds_if_enough(condition: bool, n_test: int, minimum: int) -> bool | None:
-    """A claim's verdict, or None when the test set is too small to decide (e.g. at the smoke profile)."""
-    return bool(condition) if n_test >= minimum else None
