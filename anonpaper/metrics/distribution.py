@@ -34,6 +34,7 @@ __all__ = [
     "swd_descriptors",
     "swd",
     "SlicedWassersteinDistance",
+    "inception_input",
     "load_inception_extractor",
 ]
 
@@ -493,14 +494,45 @@ class SlicedWassersteinDistance:
 # Official FID from a local Inception-v3 file.
 
 
+INCEPTION_INPUT_SIZE = 299
+
+
+def inception_input(images: torch.Tensor) -> torch.Tensor:
+    """What the FID Inception-v3 weights expect: ``(N, C, H, W)`` in ``[0, 1]`` -> ``(N, 3, 299, 299)`` in ``[-1, 1]``.
+
+    Grey is repeated to RGB, the images are resized to 299x299 (bilinear, ``align_corners=False``) and mapped to
+    ``2 x - 1``. Convention: torchvision's ``inception_v3_google`` weights were ported from the TensorFlow Inception
+    and expect this ``[-1, 1]`` scaling; torchvision reaches it from ImageNet-normalised inputs with
+    ``transform_input=True`` (the same values up to float round-off), the TF-FID graph (Heusel et al. 2017) by
+    scaling ``[0, 255]`` inputs to ``[-1, 1]`` itself.
+
+    Args:
+        images: ``(N, 1 or 3, H, W)`` float in ``[0, 1]``.
+
+    Returns:
+        ``(N, 3, 299, 299)`` float32 in ``[-1, 1]`` (bilinear interpolation stays in range).
+
+    Example:
+        >>> inception_input(torch.ones(2, 1, 32, 32)).shape, float(inception_input(torch.zeros(1, 3, 8, 8)).max())
+        (torch.Size([2, 3, 299, 299]), -1.0)
+    """
+    images = check_images(images, "images", channels=(1, 3))
+    if images.shape[1] == 1:
+        images = images.repeat(1, 3, 1, 1)
+    images = F.interpolate(images.float(), size=(INCEPTION_INPUT_SIZE, INCEPTION_INPUT_SIZE), mode="bilinear",
+                           align_corners=False)
+    return images * 2.0 - 1.0
+
+
 def load_inception_extractor(weights_path: str | Path | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
     """An Inception-v3 pool-feature extractor (2048-d) from a LOCAL torchvision state dict; never downloads.
 
     ``weights_path=None`` looks for torchvision's cached ``inception_v3_google-0cc3c7bd.pth`` in
     ``$TORCH_HOME/hub/checkpoints``.
 
-    Images are resized to 299x299 (bilinear), grey repeated to RGB, and normalised with ImageNet statistics as
-    torchvision's weights expect. Note: the TF-FID reference uses the 2015 TensorFlow Inception graph; torchvision's
+    Preprocessing is :func:`inception_input` (resize to 299 bilinear, ``[-1, 1]``), fed to a network built with
+    ``transform_input=False`` so that nothing rescales it again: the scaling these weights were trained with.
+    Note: the TF-FID reference uses the 2015 TensorFlow Inception graph (a slightly different network); torchvision's
     ImageNet weights give FIDs close to but not identical with it, so say which weights were used.
 
     Raises:
@@ -516,23 +548,16 @@ def load_inception_extractor(weights_path: str | Path | None = None) -> Callable
     # Cheap key check before building the (slow to initialise) network.
     if not isinstance(state, dict) or "Mixed_7c.branch_pool.conv.weight" not in state:
         raise ValueError(f"{path}: state dict does not fit torchvision inception_v3 (no Mixed_7c keys)")
-    model = torchvision.models.inception_v3(weights=None, aux_logits=True, init_weights=False)
+    model = torchvision.models.inception_v3(weights=None, aux_logits=True, init_weights=False, transform_input=False)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as error:
         raise ValueError(f"{path}: state dict does not fit torchvision inception_v3: {error}") from None
     model.fc = torch.nn.Identity()
     model.eval()
-    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
-    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
 
     def extract(images: torch.Tensor) -> torch.Tensor:
-        images = check_images(images, "images", channels=(1, 3))
-        if images.shape[1] == 1:
-            images = images.repeat(1, 3, 1, 1)
-        images = F.interpolate(images.float(), size=(299, 299), mode="bilinear", align_corners=False)
         with torch.no_grad():
-            return model((images - mean.to(images.device)) / std.to(images.device))
+            return model(inception_input(images))
 
     return extract
-

@@ -6,9 +6,23 @@ Direction: FS_SIFT and FS_SR measure how much identity survives between an origi
 numbers describe an attacker: higher means a stronger attack (more privacy risk).
 
 Keypoints use OpenCV's convention: ``(K, 2)`` float arrays of ``(x, y) = (column, row)`` pixel coordinates.
+
+Denominators. Paper 1 (Zhao et al., Biomedical Optics Express 2023) defines both scores as matched keypoints over
+keypoints, for FS_SR "based on the total number of keypoints detected in the original image". Both use that
+denominator here: matching runs from the original's keypoints to the edit's, each original keypoint matches at
+most once, so the score is in ``[0, 1]`` whatever the edit's keypoint count.
+
+FS_SR protocols (:data:`FS_SR_PROTOCOLS`): ``"anonpaper"`` (ratio 0.75, the learned detector's val-selected
+threshold, at most 100 keypoints) is what :func:`anonpaper.models.keypoints.fs_sr` does by default;
+``"superretina"`` follows SuperRetina's published matching settings (Liu et al., AAAI 2022: ratio test 0.9,
+detection threshold 0.01, no cap on the keypoint count). Callers: the cohort chapter's identity matcher is
+:func:`sift_homography_similarity` (SIFT, ratio 0.75); :func:`bifurcation_keypoint_similarity` uses ratio 0.9.
 """
 
 from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -30,6 +44,8 @@ from ._validation import (
 __all__ = [
     "fs_sift",
     "match_fraction",
+    "KeypointProtocol",
+    "FS_SR_PROTOCOLS",
     "sift_features",
     "sift_homography_similarity",
     "match_descriptors",
@@ -100,10 +116,12 @@ def sift_features(image: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fs_sift(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75, reduction: str = "mean"):
-    """SIFT feature similarity FS_SIFT (paper 1): good matches / min(#keypoints first, #keypoints second).
+    """SIFT feature similarity FS_SIFT (paper 1): good matches / keypoints of the first (original) image.
 
     OpenCV SIFT on the green channel (channel 0 for grey) quantised to uint8, brute-force kNN (k = 2) from the first
     image's descriptors to the second's, ratio test 0.75. A pair where either image has no keypoint scores 0.
+    (Until issue #20 the denominator was ``min(#keypoints first, #keypoints second)``, which exceeds 1 when the edit
+    has fewer keypoints than the original matches.)
 
     Args:
         first: ``(N, C, H, W)`` float in ``[0, 1]`` (originals).
@@ -113,8 +131,8 @@ def fs_sift(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75, redu
 
     Returns:
         Values in ``[0, 1]``; 1 (or very near: duplicate SIFT keypoints fail the ratio test) for identical images;
-        lower = more different = better de-identification. Nearly symmetric: matching runs from the first image to
-        the second, so swapping can change the count of good matches slightly; the denominator is symmetric.
+        lower = more different = better de-identification. Not symmetric: matches and denominator count the first
+        image's keypoints.
     """
     first, second = check_image_pair(first, second, names=("first", "second"))
     reduction = check_reduction(reduction)
@@ -127,7 +145,7 @@ def fs_sift(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75, redu
 def match_fraction(keypoints_first, descriptors_first, keypoints_second, descriptors_second,
                    ratio: float = 0.75) -> float:
     """FS_SIFT's score of one pair from precomputed features (e.g. :func:`sift_features`): ratio-test matches
-    first -> second / min(#keypoints first, #keypoints second); 0 when either set is empty.
+    first -> second / #keypoints first (each first keypoint matches at most once); 0 when either set is empty.
 
     The feature-level twin of :func:`keypoint_similarity` (which adds geometric verification), so that a caller
     scoring many pairs of the same images computes each image's features once.
@@ -140,12 +158,62 @@ def match_fraction(keypoints_first, descriptors_first, keypoints_second, descrip
         ratio: Lowe ratio.
 
     Returns:
-        Value in ``[0, 1]``; higher = more similar.
+        Value in ``[0, 1]``; higher = more similar. Not symmetric.
+
+    Example:
+        >>> planted = np.eye(4, dtype=np.float32)
+        >>> match_fraction(np.zeros((4, 2)), planted, np.zeros((2, 2)), planted[:2])
+        0.5
     """
     if len(keypoints_first) == 0 or len(keypoints_second) == 0:
         return 0.0
     good = match_descriptors(descriptors_first, descriptors_second, ratio)
-    return len(good) / min(len(keypoints_first), len(keypoints_second))
+    return len(good) / len(keypoints_first)
+
+
+@dataclass(frozen=True)
+class KeypointProtocol:
+    """Detection and matching settings of FS_SR.
+
+    Attributes:
+        name: Short name, for tables.
+        ratio: Lowe ratio of the descriptor matching, in ``(0, 1]``.
+        detection_threshold: Minimum detection probability; None = the detector's own default.
+        max_keypoints: Most probable keypoints kept per image; None = no cap.
+        source: Where the settings come from.
+    """
+
+    name: str
+    ratio: float
+    detection_threshold: float | None
+    max_keypoints: int | None
+    source: str
+
+    def fs_sr_options(self) -> dict:
+        """Keyword arguments for :func:`anonpaper.models.keypoints.fs_sr` (``top_k``, ``threshold``, ``ratio``).
+
+        Example:
+            >>> FS_SR_PROTOCOLS["superretina"].fs_sr_options()["ratio"]
+            0.9
+        """
+        options = {"ratio": self.ratio, "top_k": self.max_keypoints if self.max_keypoints is not None
+                   else sys.maxsize}
+        if self.detection_threshold is not None:
+            options["threshold"] = self.detection_threshold
+        return options
+
+
+FS_SR_PROTOCOLS: dict[str, KeypointProtocol] = {
+    "anonpaper": KeypointProtocol(
+        "anonpaper", ratio=0.75, detection_threshold=None, max_keypoints=100,
+        source="this package's default: Lowe's SIFT ratio, the phantom-trained detector's validation-selected "
+               "threshold, the 100 most probable keypoints"),
+    "superretina": KeypointProtocol(
+        "superretina", ratio=0.9, detection_threshold=0.01, max_keypoints=None,
+        source="SuperRetina (Liu et al., AAAI 2022) matching settings: kNN ratio 0.9, keypoint threshold 0.01 "
+               "after non-maximum suppression, every keypoint kept (its NMS window, defined at its own input "
+               "resolution, is not carried over)"),
+}
 
 
 def sift_homography_similarity(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75,

@@ -7,14 +7,17 @@ the hard-exudate classifier gives the same label before and after.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
-from ._validation import check_binary, check_image_pair, check_probability, check_reduction
+from ._validation import check_binary, check_image_pair, check_probability
 
-__all__ = ["rroi", "attribute_matching_score", "attribute_matching_score_from_labels"]
+__all__ = ["rroi", "RROISummary", "rroi_summary", "attribute_matching_score", "attribute_matching_score_from_labels"]
+
+RROI_REDUCTIONS = ("mean", "median", "none")
 
 
 def rroi(mask: torch.Tensor, original: torch.Tensor, edited: torch.Tensor, reduction: str = "mean"):
@@ -29,16 +32,20 @@ def rroi(mask: torch.Tensor, original: torch.Tensor, edited: torch.Tensor, reduc
             a one-channel mask is broadcast over the image channels).
         original: ``(N, C, H, W)`` in ``[0, 1]``.
         edited: Same shape as ``original``.
-        reduction: ``"mean"`` (float over images with a defined ratio) or ``"none"`` (``(N,)`` float64 array).
+        reduction: ``"mean"`` (paper 1's Eq. 12: float over images with a defined ratio; +inf as soon as one edit
+            leaves the region of disinterest untouched), ``"median"`` (over images with a defined ratio; finite
+            unless more than half are unbounded) or ``"none"`` (``(N,)`` float64 array). For reporting use
+            :func:`rroi_summary`, which gives the median, the mean of the finite ratios and the counts.
 
     Returns:
         Non-negative; higher is better. An image whose edit leaves the region of disinterest untouched gives +inf
         (if the region of interest changed) or NaN (identical images: the ratio is undefined, no alteration at
-        all); the mean skips NaN and is NaN when every pair is undefined. NOT symmetric in ``mask``; symmetric in
-        ``(original, edited)``.
+        all); mean and median skip NaN and are NaN when every pair is undefined. NOT symmetric in ``mask``;
+        symmetric in ``(original, edited)``.
     """
     original, edited = check_image_pair(original, edited, names=("original", "edited"))
-    reduction = check_reduction(reduction)
+    if reduction not in RROI_REDUCTIONS:
+        raise ValueError(f"reduction: expected one of {RROI_REDUCTIONS}, observed {reduction!r}")
     if not isinstance(mask, torch.Tensor) or mask.ndim != 4 or mask.shape[0] != original.shape[0] \
             or mask.shape[2:] != original.shape[2:] or mask.shape[1] not in (1, original.shape[1]):
         observed = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
@@ -55,7 +62,61 @@ def rroi(mask: torch.Tensor, original: torch.Tensor, edited: torch.Tensor, reduc
     if reduction == "none":
         return ratios
     defined = ratios[~np.isnan(ratios)]
-    return float(defined.mean()) if defined.size else float("nan")
+    if not defined.size:
+        return float("nan")
+    # np.median sorts +inf last, so the median stays finite while at most half the ratios are unbounded.
+    return float(defined.mean()) if reduction == "mean" else float(np.median(defined))
+
+
+@dataclass(frozen=True)
+class RROISummary:
+    """RROI over a set of edits, reported with finite statistics and the edge-case counts.
+
+    Attributes:
+        median: Median ratio over images with a defined ratio (+inf sorts last; +inf only when more than half are
+            unbounded; NaN when none is defined). The headline number.
+        mean_finite: Mean over the finite ratios only (NaN when there are none); paper 1's mean when
+            ``n_unbounded == 0``.
+        n_images: Number of pairs.
+        n_unbounded: Pairs whose edit left the region of disinterest unchanged but not the region of interest
+            (ratio +inf).
+        n_undefined: Identical pairs (ratio 0 / 0).
+    """
+
+    median: float
+    mean_finite: float
+    n_images: int
+    n_unbounded: int
+    n_undefined: int
+
+
+def rroi_summary(mask: torch.Tensor, original: torch.Tensor, edited: torch.Tensor) -> RROISummary:
+    """RROI of every pair (:func:`rroi`) summarised without infinities: median, mean of finite ratios, counts.
+
+    Args:
+        mask: As :func:`rroi`.
+        original: ``(N, C, H, W)`` in ``[0, 1]``.
+        edited: Same shape.
+
+    Returns:
+        :class:`RROISummary`; higher ratios are better.
+
+    Example:
+        >>> original = torch.zeros(3, 1, 2, 2); mask = torch.zeros(3, 1, 2, 2); mask[:, :, 0] = 1
+        >>> edited = original.clone(); edited[:, :, 0] = 0.5; edited[1, :, 1] = 0.25; edited[2, :, 1] = 0.5
+        >>> rroi_summary(mask, original, edited)  # image 0: only the region of interest changed
+        RROISummary(median=2.0, mean_finite=1.5, n_images=3, n_unbounded=1, n_undefined=0)
+    """
+    ratios = rroi(mask, original, edited, reduction="none")
+    finite = ratios[np.isfinite(ratios)]
+    defined = ratios[~np.isnan(ratios)]
+    return RROISummary(
+        median=float(np.median(defined)) if defined.size else float("nan"),
+        mean_finite=float(finite.mean()) if finite.size else float("nan"),
+        n_images=int(ratios.size),
+        n_unbounded=int(np.isposinf(ratios).sum()),
+        n_undefined=int(np.isnan(ratios).sum()),
+    )
 
 
 def attribute_matching_score_from_labels(labels_original, labels_edited) -> float:

@@ -10,9 +10,32 @@ Per step (one minibatch of ``batch_size`` images per process), four phases as in
 4. D reg (every ``r1_interval`` steps, lazy): R1 ``gamma/2 * |grad_x D(aug(x))|^2``.
 
 Lazy regularisation scales the penalty by its interval and Adam's learning rate and betas by
-``interval / (interval + 1)`` (StyleGAN2, Appendix B). An exponential moving average of the generator
-(``ema_kimg`` half-life with ramp-up) is what one samples from. Augmentation: none, DiffAugment, or ADA-style
-adaptive (see :mod:`anonpaper.models.stylegan.augment`).
+``interval / (interval + 1)`` (StyleGAN2, Appendix B). The path-length penalty uses the running mean AFTER this
+step's update, ``a' = lerp(a, mean|J^T y|, decay)``, and lets the gradient flow through ``a'`` (as the official
+code does; only the stored buffer is detached). An exponential moving average of the generator (``ema_kimg``
+half-life with ramp-up) is what one samples from. StyleGAN3's per-layer input-magnitude estimates decay with
+``0.5 ** (images per step / (1000 * magnitude_ema_kimg))`` (official StyleGAN3 training: half-life 20 kimg).
+Augmentation: none, DiffAugment, or ADA-style adaptive (see :mod:`anonpaper.models.stylegan.augment`).
+
+Recipes per configuration (:meth:`GANTrainingConfig.for_stylegan_config`, table ``TRAINING_RECIPES``), from the
+official configurations:
+
+* ``sg2-paper256``: ADA's ``paper256`` (Karras et al., NeurIPS 2020, "Training generative adversarial networks
+  with limited data", and its code's config table): batch 64, Adam lr 0.0025 for G and D, R1 gamma 1, G EMA
+  half-life 20 kimg without ramp-up (minibatch-std group 8 lives in the architecture config).
+* ``sg2-gmia256``: GMIA (Li et al. 2023, paper 3): lr 0.0025, R1 gamma 1 every 16 steps, path length 2 every 4.
+* ``sg2-ada512``: ADA's ``auto`` config (k-SALSA, Jeon et al., ECCV 2022, trains StyleGAN2-ADA at 512 px with a
+  2-layer mapping, which is ``auto``): lr 0.0025, R1 gamma ``0.0002 * resolution ** 2 / batch``, EMA
+  ``batch * 10 / 32`` kimg with ramp-up 0.05.
+* ``sg3t-paper256``: StyleGAN3-T (Karras et al., NeurIPS 2021, "Alias-free generative adversarial networks", and
+  the recommended configuration for 256 px in its code: ``--cfg=stylegan3-t --batch=32 --gamma=2``): G lr 0.0025,
+  D lr 0.002 (also paper 1's values, Zhao et al. 2023), R1 gamma 2, batch 32, no path length, no style mixing,
+  EMA ``batch * 10 / 32`` kimg with ramp-up 0.05.
+* other (test and CPU) configurations: :meth:`GANTrainingConfig.for_architecture`.
+
+Deliberate differences from the official StyleGAN3-T recipe: the discriminator keeps its residual skips (the
+official config switches to the ``orig`` architecture) and images are not blurred for the discriminator early in
+training (``blur_init_sigma``); both are architecture/loss choices outside this module's scope.
 
 Determinism and exact resume: every random draw (batch indices, z, style mixing, noise inputs, augmentation,
 path-length noise) comes from one CPU ``torch.Generator`` per process whose state is saved in the checkpoint
@@ -46,6 +69,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from anonpaper.models.stylegan.augment import AdaptiveAugmentController, adaptive_augment, diff_augment
+from anonpaper.models.stylegan.config import get_config
 from anonpaper.models.stylegan.layers import to_signed_range, to_unit_range
 from anonpaper.runtime import get_device
 from anonpaper.train.checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
@@ -62,11 +86,13 @@ class GANTrainingConfig:
     Attributes:
         total_steps: Minibatch steps to train in total (a resumed run continues up to this number).
         batch_size: Images per step per process.
-        generator_lr: Adam learning rate of G (0.0025 in both papers and paper 1).
-        discriminator_lr: Adam learning rate of D (0.0025; paper 1 uses 0.002).
+        generator_lr: Adam learning rate of G (0.0025: StyleGAN2-ADA 256 px, StyleGAN3-T, GMIA, paper 1).
+        discriminator_lr: Adam learning rate of D (0.0025: StyleGAN2-ADA ``paper256`` and GMIA; StyleGAN3 and paper
+            1 use 0.002, see :meth:`for_architecture`).
         betas: Adam betas ((0, 0.99)).
-        r1_gamma: R1 weight gamma (default 1, GMIA's value; ADA's automatic rule is
-            ``0.0002 * resolution ** 2 / batch_size``, about 0.8 at 256 px with batch 16). 0 disables.
+        r1_gamma: R1 weight gamma (default 1: ADA ``paper256`` and GMIA; StyleGAN3-T at 256 px uses 2; ADA's
+            automatic rule is ``0.0002 * resolution ** 2 / batch_size``). Per configuration:
+            :meth:`for_stylegan_config`. 0 disables.
         r1_interval: Lazy R1 interval (16).
         path_length_weight: Path-length weight (2 for StyleGAN2; 0 for StyleGAN3, which disables it).
         path_length_interval: Lazy path-length interval (4).
@@ -76,6 +102,9 @@ class GANTrainingConfig:
         adversarial_weight: Weight of the non-saturating G loss (1; paper 1 uses 0.4 with its LPIPS loss).
         ema_kimg: Half-life of the generator EMA in thousands of images (None: ``batch_size * world * 10 / 32``).
         ema_rampup: EMA ramp-up ratio (0.05), or None.
+        magnitude_ema_kimg: Half-life, in thousands of images, of StyleGAN3's running input magnitudes during
+            training (20: the official ``0.5 ** (batch / 20_000)``); None keeps the generator's own decay
+            (``sg3_magnitude_ema_beta``). No effect on StyleGAN2.
         augment: ``"none"``, ``"diffaugment"`` or ``"ada"``.
         augment_policy: Comma-separated transforms (see ``augment.POLICIES``).
         ada_target: ADA's target for ``E[sign(D(real))]`` (0.6).
@@ -107,6 +136,7 @@ class GANTrainingConfig:
     adversarial_weight: float = 1.0
     ema_kimg: float | None = None
     ema_rampup: float | None = 0.05
+    magnitude_ema_kimg: float | None = 20.0
     augment: str = "none"
     augment_policy: str = "color,translation,cutout"
     ada_target: float = 0.6
@@ -141,15 +171,86 @@ class GANTrainingConfig:
                 raise ValueError(f"GANTrainingConfig.{name} must be >= 0, got {getattr(self, name)}")
         if (self.checkpoint_every or self.sample_every) and self.output_dir is None:
             raise ValueError("checkpoint_every / sample_every need output_dir")
+        if self.magnitude_ema_kimg is not None and not self.magnitude_ema_kimg > 0:
+            raise ValueError(f"magnitude_ema_kimg must be > 0 or None, got {self.magnitude_ema_kimg!r}")
 
     @classmethod
     def for_architecture(cls, architecture: str, **changes) -> "GANTrainingConfig":
-        """Defaults of the official configs: StyleGAN2 keeps path length (2) and style mixing (0.9); StyleGAN3
-        disables both (its ``stylegan3-t`` config sets ``pl_weight=0``, ``style_mixing_prob=0``)."""
+        """Defaults of the official configs: StyleGAN2 keeps path length (2) and style mixing (0.9) and uses
+        lr 0.0025 for D; StyleGAN3 disables both (its ``stylegan3-t`` config sets ``pl_weight=0``,
+        ``style_mixing_prob=0``) and trains D with lr 0.002 (its ``--dlr`` default; paper 1 too)."""
         if architecture not in ("sg2", "sg3t"):
             raise ValueError(f"architecture must be 'sg2' or 'sg3t', got {architecture!r}")
-        defaults = {} if architecture == "sg2" else {"path_length_weight": 0.0, "style_mixing_probability": 0.0}
+        defaults = {} if architecture == "sg2" else {"path_length_weight": 0.0, "style_mixing_probability": 0.0,
+                                                      "discriminator_lr": 0.002}
         return cls(**{**defaults, **changes})
+
+    @classmethod
+    def for_stylegan_config(cls, name: str, **changes) -> "GANTrainingConfig":
+        """The official training recipe of a named StyleGAN configuration (see the module docstring and
+        ``TRAINING_RECIPES``), on top of :meth:`for_architecture`; ``changes`` override anything.
+
+        An ``r1_gamma`` of ``"auto"`` in a recipe is ADA's rule ``0.0002 * resolution ** 2 / batch_size`` with the
+        final batch size (after ``changes``).
+
+        Example:
+            >>> GANTrainingConfig.for_stylegan_config("sg3t-paper256").r1_gamma
+            2.0
+        """
+        config = get_config(name)  # validates the name
+        recipe = {**TRAINING_RECIPES.get(name, {}), **changes}
+        if recipe.get("r1_gamma") == "auto":
+            batch = recipe.get("batch_size", cls.batch_size)
+            recipe["r1_gamma"] = 0.0002 * config.resolution ** 2 / batch
+        return cls.for_architecture(config.architecture, **recipe)
+
+
+# Official recipes per StyleGAN configuration name (sources in the module docstring). Batch sizes are totals per
+# step: with K processes divide batch_size by K.
+TRAINING_RECIPES: dict[str, dict[str, Any]] = {
+    "sg2-paper256": {"batch_size": 64, "generator_lr": 0.0025, "discriminator_lr": 0.0025, "r1_gamma": 1.0,
+                     "ema_kimg": 20.0, "ema_rampup": None},
+    "sg2-gmia256": {"generator_lr": 0.0025, "discriminator_lr": 0.0025, "r1_gamma": 1.0, "r1_interval": 16,
+                    "path_length_weight": 2.0, "path_length_interval": 4},
+    "sg2-ada512": {"generator_lr": 0.0025, "discriminator_lr": 0.0025, "r1_gamma": "auto", "ema_kimg": None,
+                   "ema_rampup": 0.05},
+    "sg3t-paper256": {"batch_size": 32, "generator_lr": 0.0025, "discriminator_lr": 0.002, "r1_gamma": 2.0,
+                      "ema_kimg": None, "ema_rampup": 0.05, "magnitude_ema_kimg": 20.0},
+}
+
+
+def path_length_penalty(lengths: torch.Tensor, running_mean: torch.Tensor,
+                        decay: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """StyleGAN2's path-length penalty per sample and the updated running mean (Karras et al. 2020, Eq. 4).
+
+    ``a' = running_mean + decay * (mean(lengths) - running_mean)``; the penalty is ``(lengths - a')^2`` with the
+    gradient flowing through ``a'`` (its ``decay * mean(lengths)`` term), as in the official code; the returned
+    running mean is ``a'`` detached, for the buffer.
+
+    Args:
+        lengths: ``(N,)`` float path lengths ``|J_w^T y|`` (differentiable).
+        running_mean: Scalar tensor, the running mean before this step.
+        decay: In ``[0, 1]``.
+
+    Returns:
+        ``(penalty (N,), new running mean (scalar, detached))``.
+    """
+    if lengths.ndim != 1:
+        raise ValueError(f"lengths: expected shape (N,), observed {tuple(lengths.shape)}")
+    if not 0.0 <= decay <= 1.0:
+        raise ValueError(f"decay: expected a value in [0, 1], observed {decay}")
+    updated = running_mean.detach().lerp(lengths.mean(), decay)
+    return (lengths - updated).square(), updated.detach()
+
+
+def magnitude_ema_beta(images_per_step: int, half_life_kimg: float) -> float:
+    """Decay per step of a running estimate with a half-life of ``half_life_kimg`` thousand images.
+
+    Example:
+        >>> round(magnitude_ema_beta(32, 20.0), 6)
+        0.998892
+    """
+    return 0.5 ** (images_per_step / (half_life_kimg * 1000.0))
 
 
 @dataclass
@@ -366,6 +467,11 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
 
     G = generator.to(device).train()
     D = discriminator.to(device).train()
+    if config.magnitude_ema_kimg is not None:
+        # StyleGAN3 layers: the decay follows the images per step, not a fixed 0.999.
+        for module in G.modules():
+            if hasattr(module, "magnitude_ema_beta"):
+                module.magnitude_ema_beta = magnitude_ema_beta(batch * world, config.magnitude_ema_kimg)
     G_ema = copy.deepcopy(G).eval()
     _set_requires_grad(G_ema, False)
     g_ratio = config.path_length_interval / (config.path_length_interval + 1) if config.path_length_weight > 0 else 1.0
@@ -482,8 +588,8 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
             pl_noise = torch.randn(fake.shape, generator=rng).to(device) / math.sqrt(fake.shape[2] * fake.shape[3])
             (grads,) = torch.autograd.grad((fake * pl_noise).sum(), ws, create_graph=True)
             lengths = grads.square().sum(dim=2).mean(dim=1).sqrt()
-            pl_mean = pl_mean.lerp(lengths.mean().detach(), config.path_length_decay)
-            loss_pl = (lengths - pl_mean).square().mean() * config.path_length_weight * config.path_length_interval
+            penalty, pl_mean = path_length_penalty(lengths, pl_mean, config.path_length_decay)
+            loss_pl = penalty.mean() * config.path_length_weight * config.path_length_interval
             opt_G.zero_grad(set_to_none=True)
             loss_pl.backward()
             _average_gradients(G, world)

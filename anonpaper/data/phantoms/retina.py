@@ -54,9 +54,9 @@ NAME = "phantom-retina"
 # Standardised (SD-unit) sex shifts of the latent traits at sex_effect = 1, weight = 1 (women +, men -).
 SEX_SHIFT_SD = {"artery_calibre": 0.9, "bifurcation_angle": 0.7, "arcade_radius": 1.5, "disc_scale": -0.3,
                 "tessellation": -0.5}
-# The shifts at the sizes reported for real eyes (REFERENCE_NOTES section 6). The arcade course has no published
-# sex effect (it follows axial length) and is 0 here. ``sex_effect = 0.5`` gives these sizes for the four
-# published traits (with the arcade at 0.75 SD).
+# The shifts at the sizes reported for real eyes (population studies of retinal vessel calibre and disc size). The
+# arcade course has no published sex effect (it follows axial length) and is 0 here. ``sex_effect = 0.5`` gives
+# these sizes for the four published traits (with the arcade at 0.75 SD).
 LITERATURE_SEX_SHIFT_SD = {"artery_calibre": 0.45, "bifurcation_angle": 0.35, "arcade_radius": 0.0,
                            "disc_scale": -0.15, "tessellation": -0.25}
 TRAIT_SD = {"artery_calibre": 0.05, "bifurcation_angle": 5.0, "arcade_radius": 0.03, "disc_scale": 0.1,
@@ -64,6 +64,63 @@ TRAIT_SD = {"artery_calibre": 0.05, "bifurcation_angle": 5.0, "arcade_radius": 0
 TRAIT_MEAN = {"artery_calibre": 1.0, "bifurcation_angle": 75.0, "arcade_radius": 0.56, "disc_scale": 1.0,
               "tessellation": 0.45}
 VASCULAR_TRAITS = ("artery_calibre", "bifurcation_angle", "arcade_radius")
+
+# ICDR grade 0-4 probabilities per patient (every image of a patient has the patient's grade, and the image count
+# does not depend on the grade, so the expected image-level frequencies are the same).
+PHANTOM_DEFAULT_DR_GRADES = (0.4, 0.15, 0.2, 0.1, 0.15)
+
+
+def _spread_positive_fraction(positive: float) -> tuple[float, float, float, float, float]:
+    """Grade probabilities with ``P(grade >= 1) = positive``, split over grades 1-4 in the phantom default's
+    proportions among diseased grades (0.15 : 0.2 : 0.1 : 0.15), because the sources give only the positive
+    fraction."""
+    diseased = PHANTOM_DEFAULT_DR_GRADES[1:]
+    total = sum(diseased)
+    return (1.0 - positive,) + tuple(positive * share / total for share in diseased)
+
+
+DR_GRADE_PRESETS: dict[str, tuple[float, float, float, float, float]] = {
+    # The phantom's own mix (60 % diseased, 15 % PDR): enough of every grade for small cohorts to learn from.
+    "phantom-default": PHANTOM_DEFAULT_DR_GRADES,
+    # BRSET: "Only 4.2% of the images have positive DR" (Snow / VS-Snow, paper 2, data section); positive taken as
+    # ICDR grade >= 1, spread over grades 1-4 by _spread_positive_fraction.
+    "brset": _spread_positive_fraction(0.042),
+    # Diabetes Center (private, paper 2): "21% of the images have positive DR"; spread the same way.
+    "diabetes-center": _spread_positive_fraction(0.21),
+}
+
+
+def resolve_dr_grade_probabilities(value: Any) -> tuple[float, float, float, float, float]:
+    """A DR grade distribution from a preset name (:data:`DR_GRADE_PRESETS`) or five probabilities.
+
+    Args:
+        value: A preset name (``"phantom-default"``, ``"brset"``, ``"diabetes-center"``) or a sequence of five
+            finite, non-negative probabilities of ICDR grades 0-4 summing to 1 (within 1e-6).
+
+    Returns:
+        The five probabilities as floats.
+
+    Raises:
+        ValueError: For an unknown preset name or an invalid sequence, naming expected and observed.
+
+    Example:
+        >>> [round(p, 4) for p in resolve_dr_grade_probabilities("brset")]
+        [0.958, 0.0105, 0.014, 0.007, 0.0105]
+    """
+    if isinstance(value, str):
+        if value not in DR_GRADE_PRESETS:
+            raise ValueError(f"dr_grade_probabilities: expected a preset in {sorted(DR_GRADE_PRESETS)} or five "
+                             f"probabilities, observed {value!r}")
+        return DR_GRADE_PRESETS[value]
+    try:
+        probabilities = tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"dr_grade_probabilities: expected five probabilities or a preset name, observed "
+                         f"{value!r}") from None
+    if len(probabilities) != 5 or not all(math.isfinite(p) and p >= 0 for p in probabilities) \
+            or abs(sum(probabilities) - 1) >= 1e-6:
+        raise ValueError(f"dr_grade_probabilities must be 5 non-negative numbers summing to 1, got {probabilities}")
+    return probabilities
 ACQUISITION_FIELDS = tuple(f.name for f in dataclasses.fields(Acquisition))
 
 
@@ -77,7 +134,10 @@ class RetinaPhantomConfig:
         image_size: Square image side in pixels, 64-1024.
         seed: Master seed; patient i's anatomy and image j's acquisition depend only on (seed, i, j).
         female_fraction: Probability that a patient is female, in [0, 1].
-        dr_grade_probabilities: Probabilities of ICDR grades 0-4 (five non-negative numbers summing to 1).
+        dr_grade_probabilities: Probabilities of ICDR grades 0-4 per patient (five non-negative numbers summing
+            to 1), or a preset name from :data:`DR_GRADE_PRESETS` (``"phantom-default"``, the default: 60 %
+            diseased, 15 % PDR; ``"brset"``: 4.2 % positive; ``"diabetes-center"``: 21 % positive, both paper 2).
+            Stored resolved, as the five numbers.
         sex_effect: Global strength of the sex effect on the latent traits (0 = none, 1 = default).
         vascular_sex_weight: Multiplier of the vascular sex effects (arteriolar calibre, bifurcation angle,
             arcade radius).
@@ -96,7 +156,7 @@ class RetinaPhantomConfig:
     image_size: int = 256
     seed: int = 0
     female_fraction: float = 0.5
-    dr_grade_probabilities: tuple[float, float, float, float, float] = (0.4, 0.15, 0.2, 0.1, 0.15)
+    dr_grade_probabilities: tuple[float, float, float, float, float] | str = PHANTOM_DEFAULT_DR_GRADES
     sex_effect: float = 1.0
     vascular_sex_weight: float = 1.0
     nonvascular_sex_weight: float = 1.0
@@ -111,7 +171,7 @@ class RetinaPhantomConfig:
         self.images_per_patient = tuple(int(v) for v in np.atleast_1d(self.images_per_patient))
         if len(self.images_per_patient) == 1:
             self.images_per_patient = self.images_per_patient * 2
-        self.dr_grade_probabilities = tuple(float(v) for v in self.dr_grade_probabilities)
+        self.dr_grade_probabilities = resolve_dr_grade_probabilities(self.dr_grade_probabilities)
         self.split_fractions = tuple(float(v) for v in self.split_fractions)
         self.vessel_length_ratio = tuple(float(v) for v in self.vessel_length_ratio)
         checks = [
@@ -124,9 +184,6 @@ class RetinaPhantomConfig:
             (isinstance(self.seed, (int, np.integer)) and self.seed >= 0,
              f"seed must be a non-negative integer, got {self.seed!r}"),
             (0.0 <= self.female_fraction <= 1.0, f"female_fraction must lie in [0, 1], got {self.female_fraction}"),
-            (len(self.dr_grade_probabilities) == 5 and min(self.dr_grade_probabilities) >= 0
-             and abs(sum(self.dr_grade_probabilities) - 1) < 1e-6,
-             f"dr_grade_probabilities must be 5 non-negative numbers summing to 1, got {self.dr_grade_probabilities}"),
             (self.sex_effect >= 0 and self.vascular_sex_weight >= 0 and self.nonvascular_sex_weight >= 0,
              "sex_effect, vascular_sex_weight and nonvascular_sex_weight must be >= 0, got "
              f"{self.sex_effect}, {self.vascular_sex_weight}, {self.nonvascular_sex_weight}"),

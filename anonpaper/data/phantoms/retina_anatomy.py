@@ -5,11 +5,11 @@ Everything here lives in the *canonical frame* of a right eye: coordinates ``(x,
 right (nasal for a right eye), y downwards (inferior). A left eye is the mirror image; the mirror and the per-image
 pose are applied by the renderer as one affine map, so every image of a patient shows the same anatomy.
 
-Anatomical numbers follow REFERENCE_NOTES.md section 6: disc about 1.8 x 1.5 mm (vertically oval), fovea about
-2.5 disc diameters temporal and slightly inferior to the disc, four arcades, calibre splitting
-``d1 = d0 / (1 + a**g) ** (1 / g)`` with ``g`` about 2-2.1, bifurcation angle about 75 degrees, veins wider, darker
-and more tortuous than arteries, DR lesions by grade (Messidor-like counts), lesions concentrated temporally and
-inferiorly.
+Anatomical numbers follow published fundus anatomy and the Messidor DR grading rules: disc about 1.8 x 1.5 mm
+(vertically oval), fovea about 2.5 disc diameters temporal and slightly inferior to the disc, four arcades, calibre
+splitting ``d1 = d0 / (1 + a**g) ** (1 / g)`` with ``g`` about 2-2.1, bifurcation angle about 75 degrees, veins
+wider, darker and more tortuous than arteries, DR lesions by grade (Messidor-like counts), lesions concentrated
+temporally and inferiorly.
 """
 
 from __future__ import annotations
@@ -374,7 +374,7 @@ def _sample_positions(rng: np.random.Generator, count: int, fovea: np.ndarray, d
 
 
 def lesion_counts_for_grade(rng: np.random.Generator, grade: int) -> dict[str, int]:
-    """Lesion counts for an ICDR grade (Messidor-like rules of REFERENCE_NOTES.md section 6).
+    """Lesion counts for an ICDR grade (Messidor-like grading rules).
 
     Grade 0: none. 1: 1-5 microaneurysms only. 2: 6-14 microaneurysms or 1-4 haemorrhages, some exudates.
     3: >= 15 microaneurysms or >= 5 haemorrhages, exudates, cotton-wool spots. 4: as 3 plus neovascularisation.

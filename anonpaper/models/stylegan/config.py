@@ -6,8 +6,15 @@ rules: StyleGAN2 uses ``min(channel_base // resolution, channel_max)`` feature m
 frequency grows geometrically from ``first_cutoff`` to ``resolution / 2`` over the first
 ``num_layers - num_critical`` layers (Karras et al. 2021, Sec. 3 and Appendix F).
 
-Checks against published numbers: ``sg2-paper256`` has 7,424 style channels and ``sg3t-paper256`` 6,175
-(REFERENCE_NOTES section 1); the tests assert both.
+Checks against published numbers: ``sg2-paper256`` has 7,424 style channels and ``sg3t-paper256`` 6,175 (Zhao et
+al., Biomedical Optics Express 2023, paper 1); the tests assert both.
+
+Minibatch standard deviation group size, per configuration, as in the official configurations: 4 in StyleGAN2's
+and StyleGAN3's own configs (Karras et al. 2020, 2021: ``--mbstd-group 4``) and in ADA's ``auto`` config at four or
+more images per GPU; 8 in ADA's ``paper256`` and ``paper512`` configs (Karras et al., NeurIPS 2020, "Training
+generative adversarial networks with limited data"), which ``sg2-paper256`` follows (channel base 16384, 8-layer
+mapping, batch 64). The training recipes that go with each configuration (learning rates, R1 gamma, EMA) are in
+:mod:`anonpaper.train.gan` (``GANTrainingConfig.for_stylegan_config``).
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ class StyleGANConfig:
         channel_max: Upper bound on feature maps per layer.
         discriminator_channel_base: Width scale of the discriminator (SG2 rule, ``min(base // res, max)``).
         discriminator_channel_max: Upper bound on discriminator feature maps.
-        minibatch_std_group_size: Group size of the minibatch standard deviation layer (4 in the papers).
+        minibatch_std_group_size: Group size of the minibatch standard deviation layer (4 in StyleGAN2/3; 8 in
+            ADA's paper256/paper512 configs, hence in ``sg2-paper256``).
         minibatch_std_channels: Number of std feature maps appended (1 in the papers).
         sg3_num_layers: StyleGAN3 synthesis layers excluding ToRGB (14 in the paper).
         sg3_num_critical: Final layers sampled critically (2 in the paper).
@@ -46,7 +54,9 @@ class StyleGANConfig:
         sg3_last_stopband_relative: Stopband of the last layer relative to its cutoff (2 ** 0.3).
         sg3_filter_size: Low-pass filter taps per up/down-sampling factor (6).
         sg3_output_scale: Scale of the final image (0.25).
-        sg3_magnitude_ema_beta: Decay of the running input-magnitude estimate of each layer (0.999).
+        sg3_magnitude_ema_beta: Decay of the running input-magnitude estimate of each layer outside training
+            (0.999). :func:`anonpaper.train.gan.train_gan` replaces it by the StyleGAN3 training rule
+            ``0.5 ** (batch / 20_000)`` (half-life 20,000 images; ``GANTrainingConfig.magnitude_ema_kimg``).
     """
 
     architecture: str = "sg2"
@@ -119,8 +129,9 @@ _NAMED: dict[str, StyleGANConfig] = {
     # The papers' sizes.
     "sg2-paper256": StyleGANConfig(architecture="sg2", resolution=256, z_dim=512, w_dim=512, mapping_layers=8,
                                    channel_base=16384, channel_max=512, discriminator_channel_base=16384,
-                                   discriminator_channel_max=512,
-                                   description="StyleGAN2 256px (channel base 16384, 8-layer mapping)"),
+                                   discriminator_channel_max=512, minibatch_std_group_size=8,
+                                   description="StyleGAN2 256px (ADA paper256: channel base 16384, 8-layer mapping, "
+                                               "minibatch-std group 8)"),
     "sg3t-paper256": StyleGANConfig(architecture="sg3t", resolution=256, z_dim=512, w_dim=512, mapping_layers=2,
                                     channel_base=32768, channel_max=512, discriminator_channel_base=32768,
                                     discriminator_channel_max=512,

@@ -23,6 +23,24 @@ from anonpaper.models.stylegan.layers import (EqualizedLinear, downsample2d, lea
 from anonpaper.models.stylegan.synthesis_sg2 import sg2_channels
 
 
+def downsampling_conv_padding(filter_taps: int, kernel_size: int, down: int = 2) -> tuple[int, int, int, int]:
+    """Padding ``(x_lo, x_hi, y_lo, y_hi)`` of the low-pass before an UNPADDED stride-``down`` ``kernel_size`` conv.
+
+    The reference rule (Karras et al. 2020, official ``conv2d_resample``): the conv's own padding
+    ``kernel_size // 2`` plus ``(taps - down + 1) // 2`` below and ``(taps - down) // 2`` above, all applied to the
+    filter. For 4 taps, a 3x3 kernel and ``down = 2`` this is 2 on every side; output side = input side / 2, and
+    an impulse at input pixel ``p`` lands where the 1x1 skip path (filter padded 1 and 1, then every 2nd sample)
+    puts it: both paths sample the input at ``2 i + 0.5``.
+
+    Example:
+        >>> downsampling_conv_padding(4, 3)
+        (2, 2, 2, 2)
+    """
+    low = kernel_size // 2 + (filter_taps - down + 1) // 2
+    high = kernel_size // 2 + (filter_taps - down) // 2
+    return (low, high, low, high)
+
+
 class EqualizedConv2d(nn.Module):
     """Conv layer with equalised learning rate, optional x2 downsampling (low-pass first) and leaky ReLU."""
 
@@ -34,6 +52,7 @@ class EqualizedConv2d(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
         self.weight_gain = 1.0 / math.sqrt(in_channels * kernel_size ** 2)
         self.register_buffer("resample_filter", lowpass_filter_1d())
+        self.down_padding = downsampling_conv_padding(self.resample_filter.numel(), kernel_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = (self.weight * self.weight_gain).to(x.dtype)
@@ -41,9 +60,7 @@ class EqualizedConv2d(nn.Module):
         if self.down and self.kernel_size == 1:
             x = F.conv2d(downsample2d(x, self.resample_filter), weight, bias)
         elif self.down:
-            # Low-pass keeping the size (4 taps: pad 2 + 1), then a strided conv halves it.
-            x = upfirdn2d(x, self.resample_filter, padding=(2, 1, 2, 1))
-            x = F.conv2d(x, weight, bias, stride=2, padding=self.kernel_size // 2)
+            x = F.conv2d(upfirdn2d(x, self.resample_filter, padding=self.down_padding), weight, bias, stride=2)
         else:
             x = F.conv2d(x, weight, bias, padding=self.kernel_size // 2)
         if self.activation == "lrelu":
