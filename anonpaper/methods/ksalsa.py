@@ -98,7 +98,9 @@ def same_size_clusters(codes: Any, k: int) -> np.ndarray:
     cluster's size differs from ``k``. Without a remainder (N divisible by k) both agree with this function up to
     ties.
 
-    Ties (equal summed or pairwise distances) go to the lowest index, so the result is deterministic.
+    Ties (equal summed or pairwise distances) go to the lowest index, so the result is deterministic. Cost: the
+    ``N x N`` float64 distance matrix (72 MB for N = 3000) and O(N^2 / k) work after it (N = 3000, k = 5, 256-dim
+    codes: 1.7 s on one CPU core).
 
     Args:
         codes: ``(N, L, D)`` W+ codes or ``(N, D)`` vectors (tensor or array, finite), ``N >= k``.
