@@ -315,6 +315,11 @@ def test_k_salsa_synthesize_end_to_end(generator, feature_taps):
     torch.testing.assert_close(result.centroid_ws, cluster_centroids(codes, result.labels))
     assert torch.equal(result.centroid_images, latent_centroid_images(generator, codes, result.labels))
     assert result.initial_losses.shape == result.final_losses.shape == (2,)
+    # Style from other images (the real ones, in the authors' code) changes the style term, not the clusters.
+    real = torch.rand(7, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with_real = k_salsa_synthesize(generator, codes, feature_taps, labels=result.labels, member_images=real,
+                                   num_steps=2, content_weight=1.0, style_weight=1e-3)
+    assert not np.allclose(with_real.initial_losses, result.initial_losses)
     with pytest.raises(ValueError, match="exactly one of k and labels"):
         k_salsa_synthesize(generator, codes, feature_taps)
     with pytest.raises(ValueError, match="member_images"):

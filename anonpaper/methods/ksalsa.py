@@ -414,7 +414,8 @@ class AlignmentResult:
         image: ``(1, C, H, W)`` float32 synthetic image ``G(ws)`` in ``[0, 1]`` (clamped).
         initial_loss: Weighted loss at the starting code (the centroid).
         final_loss: Weighted loss at ``ws``.
-        history: Per step ``(total, content, style)`` losses (unweighted parts) at the code BEFORE the step.
+        history: Per step ``(weighted total, content, style)`` (the two parts unweighted) at the code BEFORE the
+            step.
     """
 
     ws: torch.Tensor
