@@ -20,6 +20,8 @@ __all__ = [
     "outer_risk",
     "singling_out_risk",
     "membership_top_k_precision",
+    "cluster_membership",
+    "cluster_membership_top_k_precision",
     "distance_to_closest_record",
     "attribute_inference_summary",
 ]
@@ -171,6 +173,77 @@ def membership_top_k_precision(scores, membership, k: int) -> dict:
     top = np.argsort(-values, axis=1, kind="stable")[:, :k]
     per_row = np.take_along_axis(members, top, axis=1).mean(axis=1)
     return {"precision_at_k": float(per_row.mean()), "chance": float(members.mean()), "per_row": per_row}
+
+
+def cluster_membership(pool_clusters, query_clusters) -> np.ndarray:
+    """Membership matrix of released cluster images against a candidate pool (k-SALSA attack protocol).
+
+    Row ``s`` is the synthetic image released for cluster ``query_clusters[s]``; column ``r`` is candidate ``r`` of
+    the pool; an entry is 1 when the candidate was a member of that cluster. In k-SALSA's evaluation the pool is
+    every real image of the held-out set (members of queried and non-queried clusters alike) and the queries are
+    the synthetic images of held-out clusters.
+
+    Args:
+        pool_clusters: ``(R,)`` integer cluster of every candidate (e.g. :func:`anonpaper.methods.ksalsa.
+            same_size_clusters` labels); candidates outside every queried cluster simply have no 1 in any row.
+        query_clusters: ``(S,)`` cluster ids of the released images, each present in ``pool_clusters``.
+
+    Returns:
+        ``int64 (S, R)`` binary matrix, ready for :func:`membership_top_k_precision` and
+        :func:`anonpaper.train.membership.membership_pairs`.
+
+    Example:
+        >>> cluster_membership([0, 1, 0, 2], [2, 0]).tolist()
+        [[0, 0, 0, 1], [1, 0, 1, 0]]
+    """
+    pool = check_labels(pool_clusters, "pool_clusters")
+    queries = check_labels(query_clusters, "query_clusters")
+    missing = np.setdiff1d(queries, pool)
+    if missing.size:
+        raise ValueError(f"query_clusters: expected clusters present in pool_clusters, observed absent {missing[:10]}")
+    return (queries[:, None] == pool[None, :]).astype(np.int64)
+
+
+def cluster_membership_top_k_precision(scores, pool_clusters, query_clusters, k: int | None = None) -> dict:
+    """Membership-inference top-k precision per released cluster image, against chance.
+
+    Builds the membership matrix with :func:`cluster_membership` and scores it with
+    :func:`membership_top_k_precision`. With ``k=None`` each row keeps as many candidates as its cluster has
+    members (R-precision), so a perfect attacker reaches 1 even when clusters have ``k`` to ``2k - 1`` members;
+    an integer ``k`` (the authors' top-k with k the anonymity level) is used for every row.
+
+    Args:
+        scores: ``(S, R)`` attacker scores (higher = more likely member), e.g. from
+            :func:`anonpaper.train.membership.membership_attack_scores`.
+        pool_clusters: ``(R,)`` cluster of every candidate.
+        query_clusters: ``(S,)`` cluster of every released image (row).
+        k: Candidates kept per row, or None for each row's member count.
+
+    Returns:
+        ``{"precision_at_k": mean over rows, "chance": mean over rows of members / R (the expected precision of a
+        random ranking), "per_cluster": (S,), "members": (S,) int, "k": (S,) int}``; higher precision = stronger
+        attack (more risk); chance is about ``k / R``.
+    """
+    membership = cluster_membership(pool_clusters, query_clusters)
+    values = to_numpy(scores, "scores")
+    if values.shape != membership.shape:
+        raise ValueError(f"scores: expected shape (S, R) = {membership.shape}, observed {values.shape}")
+    members = membership.sum(axis=1)
+    if k is not None:
+        keep = np.full(members.shape, check_positive_int(k, "k"))
+        per_cluster = membership_top_k_precision(values, membership, int(keep[0]))["per_row"]
+    else:
+        keep, per_cluster = members.copy(), np.zeros(members.shape, dtype=np.float64)
+        for size in np.unique(members):
+            rows = members == size
+            per_cluster[rows] = membership_top_k_precision(values[rows], membership[rows], int(size))["per_row"]
+    return {
+        "precision_at_k": float(per_cluster.mean()),
+        "chance": float((members / membership.shape[1]).mean()),
+        "per_cluster": per_cluster,
+        "members": members,
+        "k": keep,
+    }
 
 
 def distance_to_closest_record(synthetic_features, training_features, holdout_features=None) -> dict:
