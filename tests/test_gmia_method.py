@@ -142,3 +142,22 @@ def test_anonymize_validation(networks):
         LatentOptimizationSettings(steps=0)
     with pytest.raises(ValueError, match="identity_network"):
         anonymize(encoder, generator, images, lambda x: x[:1].flatten(1), utility, _settings())
+
+
+@pytest.mark.gpu
+def test_anonymize_on_cuda_agrees_with_cpu_at_the_start(networks):
+    # Only the first step is compared: TF32 convolutions on CUDA perturb gradients slightly, and Adam with beta1 = 0
+    # moves every coordinate by about the learning rate whatever its gradient's size, so trajectories may diverge.
+    encoder, generator, identity, utility, images = networks
+    settings = _settings(steps=2)
+    cpu = anonymize(encoder, generator, images, identity, utility.forward_features, settings)
+    moved = [module.to("cuda") for module in (encoder, generator, identity, utility)]
+    try:
+        cuda = anonymize(moved[0], moved[1], images, moved[2], moved[3].forward_features, settings)
+    finally:
+        for module in moved:
+            module.to("cpu")
+    assert cuda.images.device.type == "cpu" and cuda.images.shape == cpu.images.shape
+    torch.testing.assert_close(cuda.initial_ws, cpu.initial_ws, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(cuda.cosine[:, 0], cpu.cosine[:, 0], atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(cuda.utility_loss[:, 0], cpu.utility_loss[:, 0], atol=1e-3, rtol=2e-2)
