@@ -24,6 +24,7 @@ __all__ = [
     "cluster_membership_top_k_precision",
     "distance_to_closest_record",
     "attribute_inference_summary",
+    "linkability_as_published",
 ]
 
 
@@ -302,3 +303,35 @@ def attribute_inference_summary(y_true, y_pred) -> dict:
         "advantage": advantage,
         "normalised_advantage": advantage / (1 - chance) if chance < 1 else float("nan"),
     }
+
+
+def linkability_as_published(report: dict) -> dict:
+    """The linkability columns of GMIA's Table 3 (F1, Acc, TAR, "FAR") from an :func:`inner_risk` /
+    :func:`outer_risk` report, with the column the authors call FAR made explicit.
+
+    In the GMIA authors' evaluation code (Li, Ayache and Delingette, ISBI 2025) the column headed "FAR" holds
+    ``1 - TAR``, i.e. the false REJECTION rate FRR = FN / positives, not the false acceptance rate FP / negatives:
+    every row of the paper's Table 3 has TAR + "FAR" = 1 (e.g. 0.441 + 0.559). Their outer risk uses only the
+    positive pairs ``(real_i, anonymised_i)``, so its accuracy equals TAR, its F1 equals ``2 TAR / (1 + TAR)`` and a
+    true FAR does not exist. This function keeps both: ``far_as_published`` (= FRR, comparable with the paper's
+    column) and ``far`` (the true FAR, NaN without negative pairs).
+
+    Args:
+        report: A dict with ``f1``, ``accuracy``, ``tar``, ``far`` and ``frr`` (what
+            :func:`anonpaper.metrics.verification_metrics`, :func:`inner_risk` and :func:`outer_risk` return).
+
+    Returns:
+        ``{"f1", "accuracy", "tar", "far_as_published", "far"}`` as floats. For an attacker higher F1 / accuracy /
+        TAR and lower ``far_as_published`` mean more linkability risk.
+
+    Example:
+        >>> row = linkability_as_published({"f1": 0.5, "accuracy": 0.6, "tar": 0.4, "far": 0.1, "frr": 0.6})
+        >>> row["far_as_published"], row["far"]
+        (0.6, 0.1)
+    """
+    missing = [key for key in ("f1", "accuracy", "tar", "far", "frr") if key not in report]
+    if missing:
+        raise ValueError(f"report: expected the keys f1, accuracy, tar, far and frr of a verification report, "
+                         f"observed it lacks {missing}")
+    return {"f1": float(report["f1"]), "accuracy": float(report["accuracy"]), "tar": float(report["tar"]),
+            "far_as_published": float(report["frr"]), "far": float(report["far"])}

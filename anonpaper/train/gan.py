@@ -433,6 +433,7 @@ def _batch_source(images: Any, expected: tuple[int, int, int]) -> tuple[Callable
 def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, config: GANTrainingConfig, *,
               extra_generator_loss: Callable[[GeneratorLossContext], Any] | None = None,
               metrics_hook: Callable[[int, nn.Module], dict] | None = None,
+              latents_from_images: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
               device: str | torch.device | None = None, resume: bool = True) -> GANTrainingResult:
     """Train a :class:`StyleGenerator` against a :class:`ResidualDiscriminator`.
 
@@ -447,6 +448,10 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
             the scalar loss is added (as returned; weight it inside) to the G main loss.
         metrics_hook: Optional ``f(step, generator_ema) -> {name: float}`` called every ``metrics_every`` steps
             and at the end; values go to the history and ``metrics.jsonl``.
+        latents_from_images: Optional ``f(generator, real_images) -> ws``: when given, every phase synthesises
+            from the latents of the phase's real batch (its first images for the path-length pass) instead of
+            mapped random z, without style mixing: GMIA's co-training of an encoder with the synthesis network
+            (see :mod:`anonpaper.train.gmia`); ``generator`` then holds the encoder too.
         device: Device (default: torchrun's local device or :func:`anonpaper.runtime.get_device`).
         resume: Continue from ``output_dir/checkpoint.pt`` when it exists.
 
@@ -514,7 +519,9 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
             return adaptive_augment(x, ada.probability, config.augment_policy, generator=rng)
         return x
 
-    def sample_ws(count: int, update_w_avg: bool = False) -> torch.Tensor:
+    def sample_ws(count: int, real_images: torch.Tensor, update_w_avg: bool = False) -> torch.Tensor:
+        if latents_from_images is not None:
+            return latents_from_images(G, real_images[:count])
         z = torch.randn(count, G.z_dim, generator=rng).to(device)
         ws = G.mapping(z, update_w_avg=update_w_avg)
         # Style mixing: random draws are taken every time so the stream does not depend on the probability.
@@ -562,7 +569,7 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
         _set_requires_grad(G, True)
         _set_requires_grad(D, False)
         with _autocast(device, config.mixed_precision):
-            ws = sample_ws(batch)
+            ws = sample_ws(batch, real)
             fake = G.synthesis(ws, noise_mode="random", noise_generator=rng)
             logits = D(augment(fake))
             loss_adv = F.softplus(-logits.float()).mean()
@@ -583,7 +590,7 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
         # Phase 2: G reg (path length), lazy.
         if config.path_length_weight > 0 and step % config.path_length_interval == 0:
             pl_batch = max(1, batch // config.path_length_batch_shrink)
-            ws = sample_ws(pl_batch)
+            ws = sample_ws(pl_batch, real)
             fake = G.synthesis(ws, noise_mode="random", noise_generator=rng)
             pl_noise = torch.randn(fake.shape, generator=rng).to(device) / math.sqrt(fake.shape[2] * fake.shape[3])
             (grads,) = torch.autograd.grad((fake * pl_noise).sum(), ws, create_graph=True)
@@ -602,7 +609,7 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
         _set_requires_grad(D, True)
         with _autocast(device, config.mixed_precision):
             with torch.no_grad():
-                ws = sample_ws(batch, update_w_avg=True)
+                ws = sample_ws(batch, real, update_w_avg=True)
                 fake = G.synthesis(ws, noise_mode="random", noise_generator=rng, update_emas=True)
             logits_fake = D(augment(fake)).float()
             logits_real = D(augment(real)).float()
