@@ -1,8 +1,10 @@
 """Anonymization methods. One registry serves every caller: ``get(name, **options)`` returns a callable
 :class:`ImageAnonymizer` (uint8 ``(N, H, W, C)`` in and out) used by the chapters, the folder writer and the CLI.
 
-Modules: :mod:`.registry` (the registry and adapter), :mod:`.snow` (Snow and VS-Snow, paper 2), :mod:`.folder`
-(apply a method to a folder of images).
+Modules: :mod:`.registry` (the registry and adapter), :mod:`.snow` (Snow and VS-Snow, paper 2), :mod:`.gmia`
+(latent optimisation, paper 3), :mod:`.ksalsa` (k-anonymous clustering, centroids and local style alignment,
+paper 4), :mod:`.baselines` (blur and pixelation at a matched PSNR), :mod:`.folder` (apply a method to a folder of
+images).
 """
 
 from anonpaper.methods.folder import anonymize_folder

@@ -30,6 +30,7 @@ from .distribution import (
     SlicedWassersteinDistance,
     frechet_distance,
     frechet_distance_from_statistics,
+    inception_input,
     kernel_inception_distance,
     laplacian_pyramid,
     load_inception_extractor,
@@ -38,6 +39,8 @@ from .distribution import (
     swd_descriptors,
 )
 from .identity import (
+    FS_SR_PROTOCOLS,
+    KeypointProtocol,
     bifurcation_keypoint_similarity,
     cross_pair_scores,
     equal_error_rate,
@@ -56,12 +59,15 @@ from .identity import (
     verification_metrics,
     vessel_bifurcations,
 )
-from .lesion import attribute_matching_score, attribute_matching_score_from_labels, rroi
+from .lesion import RROISummary, attribute_matching_score, attribute_matching_score_from_labels, rroi, rroi_summary
 from .privacy import (
     attribute_inference_summary,
+    cluster_membership,
+    cluster_membership_top_k_precision,
     distance_to_closest_record,
     inner_pairs,
     inner_risk,
+    linkability_as_published,
     membership_top_k_precision,
     outer_risk,
     singling_out_risk,
@@ -90,9 +96,9 @@ __all__ = [
     # distribution
     "DistributionScore", "frechet_distance", "frechet_distance_from_statistics", "FrechetDistance",
     "kernel_inception_distance", "sliced_wasserstein_distance", "laplacian_pyramid", "swd_descriptors", "swd",
-    "SlicedWassersteinDistance", "load_inception_extractor",
+    "SlicedWassersteinDistance", "load_inception_extractor", "inception_input",
     # identity
-    "fs_sift", "match_fraction", "sift_features", "sift_homography_similarity", "match_descriptors",
+    "fs_sift", "match_fraction", "FS_SR_PROTOCOLS", "KeypointProtocol", "sift_features", "sift_homography_similarity", "match_descriptors",
     "keypoint_similarity",
     "vessel_bifurcations", "patch_descriptors",
     "bifurcation_keypoint_similarity", "pair_scores", "cross_pair_scores", "verification_metrics", "select_threshold",
@@ -102,10 +108,11 @@ __all__ = [
     # statistics and decision rules
     "patient_bootstrap_se", "beyond_noise", "sequence_falls",
     # lesion
-    "rroi", "attribute_matching_score", "attribute_matching_score_from_labels",
+    "rroi", "rroi_summary", "RROISummary", "attribute_matching_score", "attribute_matching_score_from_labels",
     # privacy
     "inner_pairs", "inner_risk", "outer_risk", "singling_out_risk", "membership_top_k_precision",
-    "distance_to_closest_record", "attribute_inference_summary",
+    "distance_to_closest_record", "attribute_inference_summary", "cluster_membership",
+    "cluster_membership_top_k_precision", "linkability_as_published",
     # classification
     "confusion_matrix", "accuracy", "balanced_accuracy", "precision_recall_f1", "macro_f1", "auroc",
     "average_precision", "quadratic_weighted_kappa", "classification_summary",

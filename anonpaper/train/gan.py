@@ -392,7 +392,7 @@ def save_image_grid(images: torch.Tensor, path: str | Path, columns: int | None 
     return path
 
 
-def _batch_source(images: Any, expected: tuple[int, int, int]) -> tuple[Callable[[torch.Tensor], torch.Tensor], int]:
+def batch_source(images: Any, expected: tuple[int, int, int]) -> tuple[Callable[[torch.Tensor], torch.Tensor], int]:
     """A function from indices to a float32 batch in [-1, 1], and the dataset size.
 
     Arrays/tensors are validated and converted once; a dataset (``__len__`` + ``__getitem__`` returning a (C, H, W)
@@ -467,7 +467,7 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
             else get_device()
     device = torch.device(device)
     expected = (generator.image_channels, generator.resolution, generator.resolution)
-    fetch_batch, dataset_size = _batch_source(images, expected)
+    fetch_batch, dataset_size = batch_source(images, expected)
     batch = config.batch_size
 
     G = generator.to(device).train()

@@ -39,7 +39,7 @@ from torch import nn
 from anonpaper.models.encoders import EncoderGenerator
 from anonpaper.models.stylegan.layers import to_unit_range
 from anonpaper.runtime import get_device
-from anonpaper.train.gan import GANTrainingConfig, GeneratorLossContext, _batch_source, train_gan
+from anonpaper.train.gan import GANTrainingConfig, GeneratorLossContext, batch_source, train_gan
 from anonpaper.train.loop import TrainResult, fit
 
 PerceptualDistance = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -212,7 +212,7 @@ def train_encoder(encoder: nn.Module, generator: nn.Module, images: Any, setting
     config = settings.gan
     autoencoder = EncoderGenerator(encoder, generator)  # validates that E fits G
     expected = (generator.image_channels, generator.resolution, generator.resolution)
-    fetch_batch, dataset_size = _batch_source(images, expected)
+    fetch_batch, dataset_size = batch_source(images, expected)
     steps_per_epoch = min(settings.encoder_epoch_steps, config.total_steps)
     epochs = math.ceil(config.total_steps / steps_per_epoch)
     requires_grad = {name: p.requires_grad for name, p in generator.named_parameters()}
