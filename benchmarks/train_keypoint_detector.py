@@ -32,6 +32,7 @@ from anonpaper.metrics import images_from_uint8
 from anonpaper.metrics.identity import bifurcation_keypoint_similarity, fs_sift, verification_auc
 from anonpaper.models.keypoints import KeypointNet, detection_precision_recall, fs_sr
 from anonpaper.train.keypoints import cohort_keypoints, cohort_pairs, train_keypoint_detector
+from anonpaper.train.loop import TrainSettings
 
 
 def main() -> None:
@@ -78,10 +79,11 @@ def main() -> None:
         train_pairs, train_transforms = cohort_pairs(train)
         pair_options = {"pairs": train_pairs, "pair_transforms": train_transforms}
         print(f"cross-acquisition training: {len(train_pairs)} ordered same-patient pairs")
-    result = train_keypoint_detector(model, train_images, train_points, epochs=arguments.epochs, lr=arguments.lr,
+    result = train_keypoint_detector(model, train_images, train_points,
+                                     TrainSettings(epochs=arguments.epochs, lr=arguments.lr, seed=arguments.seed,
+                                                   device="cpu", progress=False),
                                      acquisition_strength=arguments.acquisition_strength,
-                                     dense_anchors=arguments.dense_anchors, seed=arguments.seed,
-                                     device="cpu", progress=False, **pair_options)
+                                     dense_anchors=arguments.dense_anchors, **pair_options)
     print(f"trained {arguments.epochs} epochs in {time.perf_counter() - started:.1f} s; loss "
           f"{result.history.train_loss.iloc[0]:.3f} -> {result.history.train_loss.iloc[-1]:.3f}")
     if arguments.save:

@@ -22,6 +22,7 @@ from anonpaper.models.unet import UNet
 from anonpaper.train.augment import paper2_augmentation
 from anonpaper.metrics.segmentation import dice_score
 from anonpaper.train.segmenter import dual_threshold, segment, train_segmenter
+from anonpaper.train.loop import TrainSettings
 
 
 def phantom_images(train: int, test: int, size: int, seed: int, mask: str = "vessel"):
@@ -67,9 +68,11 @@ def main() -> None:
     started = time.perf_counter()
     # Validation on the last 10 training patients' images would cost little, but the held-out set is reported
     # separately and never used for selection: here the final epoch is kept (monitor = training loss).
-    result = train_segmenter(model, train_images, train_masks, epochs=arguments.epochs, patch_size=arguments.patch,
-                             patches_per_epoch=arguments.patches, batch_size=16, lr=arguments.lr, loss="bce",
-                             augment=paper2_augmentation(), seed=arguments.seed, device="cpu", progress=False)
+    result = train_segmenter(model, train_images, train_masks,
+                             TrainSettings(epochs=arguments.epochs, batch_size=16, lr=arguments.lr,
+                                           seed=arguments.seed, device="cpu", progress=False),
+                             patch_size=arguments.patch, patches_per_epoch=arguments.patches, loss="bce",
+                             augment=paper2_augmentation())
     training_seconds = time.perf_counter() - started
     print(result.history.to_string(index=False))
     probability = segment(result.model, test_images, batch_size=8, device="cpu")

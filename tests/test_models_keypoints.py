@@ -20,6 +20,7 @@ from anonpaper.train.keypoints import (
     train_keypoint_detector,
     warp_pair,
 )
+from anonpaper.train.loop import TrainSettings
 
 
 class HandMadeDetector(nn.Module):
@@ -148,8 +149,10 @@ def test_training_is_deterministic_and_learns_dots():
     for _ in range(2):
         torch.manual_seed(123)  # the model's initialisation
         model = KeypointNet(3, descriptor_dim=8, base_width=4, depth=2)
-        runs.append(train_keypoint_detector(model, images, keypoints, epochs=6, batch_size=4, lr=1e-2, seed=7,
-                                            distractors=8, device="cpu", progress=False))
+        runs.append(train_keypoint_detector(model, images, keypoints,
+                                            TrainSettings(epochs=6, batch_size=4, lr=1e-2, seed=7, device="cpu",
+                                                          progress=False),
+                                            distractors=8))
     first, second = runs
     for key, value in first.model.state_dict().items():
         assert torch.equal(value, second.model.state_dict()[key]), key
@@ -164,13 +167,13 @@ def test_training_validates_inputs():
     model = KeypointNet(3, descriptor_dim=4, base_width=4, depth=2)
     images = np.zeros((2, 30, 32, 3), dtype=np.uint8)
     with pytest.raises(ValueError, match="divisible"):
-        train_keypoint_detector(model, images, [np.zeros((0, 2))] * 2, epochs=1, progress=False)
+        train_keypoint_detector(model, images, [np.zeros((0, 2))] * 2, TrainSettings(epochs=1, progress=False))
     images = np.zeros((2, 32, 32, 3), dtype=np.uint8)
     with pytest.raises(ValueError, match="inside"):
-        train_keypoint_detector(model, images, [np.array([[40.0, 3.0]]), np.zeros((0, 2))], epochs=1,
-                                progress=False)
+        train_keypoint_detector(model, images, [np.array([[40.0, 3.0]]), np.zeros((0, 2))],
+                                TrainSettings(epochs=1, progress=False))
     with pytest.raises(ValueError, match="one array per image"):
-        train_keypoint_detector(model, images, [np.zeros((0, 2))], epochs=1, progress=False)
+        train_keypoint_detector(model, images, [np.zeros((0, 2))], TrainSettings(epochs=1, progress=False))
 
 
 @pytest.mark.unit
@@ -224,21 +227,24 @@ def test_pair_training_is_deterministic_and_validates_pairs():
     for _ in range(2):
         torch.manual_seed(5)
         model = KeypointNet(3, descriptor_dim=8, base_width=4, depth=2)
-        runs.append(train_keypoint_detector(model, images, keypoints + shifted, epochs=3, batch_size=4, lr=1e-2,
-                                            seed=2, distractors=8, acquisition_strength=1.0, dense_anchors=4,
-                                            pairs=pairs,
-                                            pair_transforms=transforms, device="cpu", progress=False))
+        runs.append(train_keypoint_detector(model, images, keypoints + shifted,
+                                            TrainSettings(epochs=3, batch_size=4, lr=1e-2, seed=2, device="cpu",
+                                                          progress=False),
+                                            distractors=8, acquisition_strength=1.0, dense_anchors=4, pairs=pairs,
+                                            pair_transforms=transforms))
     for key, value in runs[0].model.state_dict().items():
         assert torch.equal(value, runs[1].model.state_dict()[key]), key
     assert np.all(np.isfinite(runs[0].history["train_loss"].to_numpy()))
     model = KeypointNet(3, descriptor_dim=4, base_width=4, depth=2)
     with pytest.raises(ValueError, match="pair_transforms"):
-        train_keypoint_detector(model, images, keypoints + shifted, epochs=1, pairs=pairs, progress=False)
+        train_keypoint_detector(model, images, keypoints + shifted, TrainSettings(epochs=1, progress=False),
+                                pairs=pairs)
     with pytest.raises(ValueError, match="dense_anchors"):
-        train_keypoint_detector(model, images, keypoints + shifted, epochs=1, dense_anchors=-1, progress=False)
+        train_keypoint_detector(model, images, keypoints + shifted, TrainSettings(epochs=1, progress=False),
+                                dense_anchors=-1)
     with pytest.raises(ValueError, match="pairs: indices"):
-        train_keypoint_detector(model, images, keypoints + shifted, epochs=1, pairs=pairs + 8,
-                                pair_transforms=transforms, progress=False)
+        train_keypoint_detector(model, images, keypoints + shifted, TrainSettings(epochs=1, progress=False),
+                                pairs=pairs + 8, pair_transforms=transforms)
 
 
 @pytest.mark.unit

@@ -8,6 +8,7 @@ from anonpaper.models.classifiers import build_classifier
 from anonpaper.models.normalization import InputNormalization
 from anonpaper.train.augment import paper2_augmentation
 from anonpaper.train.classifier import predict_proba, train_classifier
+from anonpaper.train.loop import TrainSettings
 
 pytestmark = pytest.mark.unit
 
@@ -29,8 +30,10 @@ def test_tiny_classifier_learns_separable_task():
     train, val = _separable(48, 0), _separable(24, 1)
     torch.manual_seed(0)
     model = build_classifier("small_cnn", 3, 2)
-    result = train_classifier(model, train, val, epochs=5, batch_size=16, lr=3e-3, loss="focal",
-                              early_stopping_patience=3, seed=0, device="cpu", progress=False)
+    result = train_classifier(model, train, val,
+                              TrainSettings(epochs=5, batch_size=16, lr=3e-3, early_stopping_patience=3, seed=0,
+                                            device="cpu", progress=False),
+                              loss="focal")
     assert isinstance(result.model, InputNormalization)
     assert {"train_loss", "val_loss", "val_f1", "val_accuracy"} <= set(result.history.columns)
     assert result.best_score == result.history["val_f1"].max()
@@ -48,8 +51,9 @@ def test_classifier_training_is_deterministic_with_augmentation():
     weights = []
     for _ in range(2):
         torch.manual_seed(0)
-        result = train_classifier(build_classifier("small_cnn", 3, 2), train, val, epochs=2, batch_size=8,
-                                  augment=paper2_augmentation(), seed=7, device="cpu", progress=False)
+        result = train_classifier(build_classifier("small_cnn", 3, 2), train, val,
+                                  TrainSettings(epochs=2, batch_size=8, seed=7, device="cpu", progress=False),
+                                  augment=paper2_augmentation())
         weights.append(torch.cat([p.reshape(-1) for p in result.model.state_dict().values()]))
     assert torch.equal(weights[0], weights[1])
 
@@ -57,22 +61,23 @@ def test_classifier_training_is_deterministic_with_augmentation():
 def test_classifier_rejects_labels_out_of_range():
     train, val = _separable(10, 0), _separable(6, 1)
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\)"):
-        train_classifier(build_classifier("small_cnn", 3, 2), (train[0], train[1] + 1), val, epochs=1,
-                         batch_size=4, device="cpu", progress=False)
+        train_classifier(build_classifier("small_cnn", 3, 2), (train[0], train[1] + 1), val,
+                         TrainSettings(epochs=1, batch_size=4, device="cpu", progress=False))
 
 
 def test_cosine_lr_schedule_anneals_and_unknown_schedule_is_rejected():
     train, val = _separable(16, 4), _separable(8, 5)
     torch.manual_seed(0)
-    result = train_classifier(build_classifier("small_cnn", 3, 2), train, val, epochs=4, batch_size=8, lr=1e-2,
-                              lr_schedule="cosine", seed=0, device="cpu", progress=False)
+    result = train_classifier(build_classifier("small_cnn", 3, 2), train, val,
+                              TrainSettings(epochs=4, batch_size=8, lr=1e-2, lr_schedule="cosine", seed=0,
+                                            device="cpu", progress=False))
     rates = result.history["lr"].to_numpy()
     # CosineAnnealingLR over 4 epochs: 1e-2 * (1 + cos(pi * t / 4)) / 2 for t = 0..3, logged before each step.
     expected = 1e-2 * (1 + np.cos(np.pi * np.arange(4) / 4)) / 2
     assert np.allclose(rates, expected, rtol=1e-6), rates
-    constant = train_classifier(build_classifier("small_cnn", 3, 2), train, val, epochs=2, batch_size=8, lr=1e-2,
-                                seed=0, device="cpu", progress=False)
+    constant = train_classifier(build_classifier("small_cnn", 3, 2), train, val,
+                                TrainSettings(epochs=2, batch_size=8, lr=1e-2, seed=0, device="cpu", progress=False))
     assert np.allclose(constant.history["lr"].to_numpy(), 1e-2)
     with pytest.raises(ValueError, match="lr_schedule must be"):
-        train_classifier(build_classifier("small_cnn", 3, 2), train, val, epochs=1, batch_size=8,
-                         lr_schedule="step", device="cpu", progress=False)
+        train_classifier(build_classifier("small_cnn", 3, 2), train, val,
+                         TrainSettings(epochs=1, batch_size=8, lr_schedule="step", device="cpu", progress=False))

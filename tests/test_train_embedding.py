@@ -10,6 +10,7 @@ from anonpaper.models.embedding import EmbeddingNet
 from anonpaper.models.normalization import InputNormalization
 from anonpaper.metrics.identity import rank1_accuracy
 from anonpaper.train.embedding import embed, train_embedding
+from anonpaper.train.loop import TrainSettings
 
 pytestmark = pytest.mark.unit
 
@@ -37,8 +38,9 @@ def test_embedding_learns_identities():
     untrained = InputNormalization(copy.deepcopy(model), [0.5], [0.25])
     before = rank1_accuracy(embed(untrained, val[0]), val[1])
     # GMIA's ArcFace defaults (s = 64, m = 0.5).
-    result = train_embedding(model, *train, epochs=8, batch_size=16, lr=3e-3, val=val, seed=0, device="cpu",
-                             progress=False)
+    result = train_embedding(model, *train,
+                             TrainSettings(epochs=8, batch_size=16, lr=3e-3, seed=0, device="cpu", progress=False),
+                             val=val)
     vectors = embed(result.model, val[0])
     assert vectors.shape == (32, 16) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
     after = rank1_accuracy(vectors, val[1])

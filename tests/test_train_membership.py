@@ -8,6 +8,7 @@ import torch
 
 from anonpaper.metrics.privacy import membership_top_k_precision
 from anonpaper.train.membership import membership_attack_scores, membership_pairs, train_membership_classifier
+from anonpaper.train.loop import TrainSettings
 
 
 def blob_clusters(clusters: int, k: int, size: int, seed: int):
@@ -46,8 +47,10 @@ def test_attack_beats_chance_when_membership_is_visible():
     train = blob_clusters(24, k, size, seed=1)
     val = blob_clusters(4, k, size, seed=2)
     test = blob_clusters(8, k, size, seed=3)
-    result = train_membership_classifier(train, val, backbone="small_cnn", epochs=6, batch_size=32, lr=3e-3,
-                                         negatives_per_positive=1, seed=0, device="cpu", progress=False)
+    result = train_membership_classifier(train, val,
+                                         TrainSettings(epochs=6, batch_size=32, lr=3e-3, seed=0, device="cpu",
+                                                       progress=False),
+                                         backbone="small_cnn", negatives_per_positive=1)
     scores = membership_attack_scores(result.model, test[0], test[1])
     assert scores.shape == (8, 32) and np.all((scores >= 0) & (scores <= 1))
     report = membership_top_k_precision(scores, test[2], k=k)

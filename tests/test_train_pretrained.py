@@ -58,9 +58,9 @@ def test_exudate_segmenter_uses_its_own_mask_and_namespace(tiny_cohort, tmp_path
     seen = {}
     original = pretrained.train_segmenter
 
-    def spy(model, images, masks, **options):
+    def spy(model, images, masks, settings, **options):
         seen["masks"] = np.asarray(masks).copy()
-        return original(model, images, masks, **options)
+        return original(model, images, masks, settings, **options)
 
     monkeypatch.setattr(pretrained, "train_segmenter", spy)
     result = pretrained.trained_exudate_segmenter(tiny_cohort, base_width=4, depth=2, epochs=1, patch_size=32,

@@ -10,6 +10,7 @@ from anonpaper.models.unet import UNet
 from anonpaper.train.augment import FlipShiftScaleRotate
 from anonpaper.metrics.segmentation import dice_score
 from anonpaper.train.segmenter import _patch_grid, dual_threshold, segment, train_segmenter
+from anonpaper.train.loop import TrainSettings
 
 pytestmark = pytest.mark.unit
 
@@ -81,9 +82,9 @@ def test_tiny_unet_learns_lines_on_noise():
     images, masks = _lines(24, 0)
     val_images, val_masks = _lines(8, 1)
     torch.manual_seed(0)
-    result = train_segmenter(UNet(1, 1, base_width=4, depth=2), images, masks, epochs=6, patch_size=16,
-                             batch_size=16, lr=1e-2, loss="bce", val=(val_images, val_masks),
-                             augment=FlipShiftScaleRotate(), seed=0, device="cpu", progress=False)
+    result = train_segmenter(UNet(1, 1, base_width=4, depth=2), images, masks,
+                             TrainSettings(epochs=6, batch_size=16, lr=1e-2, seed=0, device="cpu", progress=False),
+                             patch_size=16, loss="bce", val=(val_images, val_masks), augment=FlipShiftScaleRotate())
     probability = segment(result.model, val_images)
     assert probability.shape == (8, 32, 32) and probability.min() >= 0 and probability.max() <= 1
     dice = dice_score(probability >= 0.5, val_masks)
@@ -96,8 +97,9 @@ def test_frunet_trains_with_grid_patches_and_segment_pads():
     images, masks = _lines(4, 2, size=20)
     torch.manual_seed(0)
     model = FRUNet(1, 1, widths=(4, 8), heads=2)
-    result = train_segmenter(model, images, masks, epochs=2, patch_size=8, stride=6, patches_per_epoch=48,
-                             batch_size=8, lr=1e-2, seed=0, device="cpu", progress=False)
+    result = train_segmenter(model, images, masks,
+                             TrainSettings(epochs=2, batch_size=8, lr=1e-2, seed=0, device="cpu", progress=False),
+                             patch_size=8, stride=6, patches_per_epoch=48)
     assert result.history["train_loss"].iloc[-1] < result.history["train_loss"].iloc[0]
     # 19 px is not a multiple of the 2-level size_multiple 2: segment pads and crops.
     assert segment(result.model, images[:, :19, :19]).shape == (4, 19, 19)
@@ -106,18 +108,19 @@ def test_frunet_trains_with_grid_patches_and_segment_pads():
 def test_train_segmenter_validates_inputs():
     images, masks = _lines(2, 0, size=16)
     with pytest.raises(ValueError, match="masks must have shape"):
-        train_segmenter(UNet(1, 1, 2, depth=2), images, masks[:, :8], epochs=1, patch_size=8, device="cpu",
-                        progress=False)
+        train_segmenter(UNet(1, 1, 2, depth=2), images, masks[:, :8],
+                        TrainSettings(epochs=1, device="cpu", progress=False), patch_size=8)
     with pytest.raises(ValueError, match="multiple of the model's size_multiple 4"):
-        train_segmenter(UNet(1, 1, 2, depth=2), images, masks, epochs=1, patch_size=6, device="cpu",
-                        progress=False)
+        train_segmenter(UNet(1, 1, 2, depth=2), images, masks,
+                        TrainSettings(epochs=1, device="cpu", progress=False), patch_size=6)
 
 
 def test_bce_plus_dice_loss_runs_and_decreases():
     images, masks = _lines(8, 3, size=16)
     torch.manual_seed(0)
-    result = train_segmenter(UNet(1, 1, base_width=2, depth=2), images, masks, epochs=3, patch_size=None,
-                             batch_size=4, lr=1e-2, loss="bce+dice", seed=0, device="cpu", progress=False)
+    result = train_segmenter(UNet(1, 1, base_width=2, depth=2), images, masks,
+                             TrainSettings(epochs=3, batch_size=4, lr=1e-2, seed=0, device="cpu", progress=False),
+                             patch_size=None, loss="bce+dice")
     assert result.history["train_loss"].iloc[-1] < result.history["train_loss"].iloc[0]
 
 
@@ -138,9 +141,10 @@ def test_segmenter_training_is_deterministic_and_resumes(tmp_path, monkeypatch):
     def run(checkpoint=None):
         torch.manual_seed(0)
         model = UNet(1, 1, base_width=2, depth=2, dropout=0.1)
-        result = train_segmenter(model, images, masks, epochs=3, patch_size=8, batch_size=4, lr=1e-2,
-                                 augment=FlipShiftScaleRotate(0.5, 0.5), seed=3, device="cpu",
-                                 checkpoint_path=checkpoint, progress=False)
+        result = train_segmenter(model, images, masks,
+                                 TrainSettings(epochs=3, batch_size=4, lr=1e-2, seed=3, device="cpu",
+                                               checkpoint_path=checkpoint, progress=False),
+                                 patch_size=8, augment=FlipShiftScaleRotate(0.5, 0.5))
         return torch.cat([p.reshape(-1) for p in result.model.state_dict().values()])
 
     first, second = run(), run()

@@ -5,7 +5,6 @@ mean and standard deviation, which are stored with the model (:class:`InputNorma
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -17,7 +16,7 @@ from torch.nn import functional as F
 from anonpaper.models.classifiers import FocalLoss, balanced_class_weights
 from anonpaper.models.normalization import InputNormalization, channel_statistics
 from anonpaper.runtime import content_hash, get_device
-from anonpaper.train.loop import (TrainResult, as_image_tensor, as_label_tensor, batched_forward, fit,
+from anonpaper.train.loop import (TrainResult, TrainSettings, as_image_tensor, as_label_tensor, batched_forward, fit,
                                   labelled_minibatches,
                                   model_device)
 
@@ -33,12 +32,9 @@ def _number_of_outputs(model: nn.Module, sample: torch.Tensor) -> int:
     return int(outputs.shape[1])
 
 
-def train_classifier(model: nn.Module, train: tuple[Any, Any], val: tuple[Any, Any], *, epochs: int,
-                     batch_size: int, lr: float = 1e-4, weight_decay: float = 1e-5, loss: str = "ce",
-                     focal_gamma: float = 0.6, class_weights: str | None | torch.Tensor = "balanced",
-                     augment: Callable[..., torch.Tensor] | None = None, early_stopping_patience: int | None = None,
-                     lr_schedule: str = "constant", seed: int = 0, device: str | torch.device | None = None,
-                     checkpoint_path: str | Path | None = None, progress: bool = True) -> TrainResult:
+def train_classifier(model: nn.Module, train: tuple[Any, Any], val: tuple[Any, Any], settings: TrainSettings, *,
+                     loss: str = "ce", focal_gamma: float = 0.6, class_weights: str | None | torch.Tensor = "balanced",
+                     augment: Callable[..., torch.Tensor] | None = None) -> TrainResult:
     """Train a classifier; keep the epoch with the best validation macro-F1.
 
     Args:
@@ -47,30 +43,28 @@ def train_classifier(model: nn.Module, train: tuple[Any, Any], val: tuple[Any, A
         train: ``(images, labels)``; images uint8 numpy (N, H, W[, C]) or float tensor (N, C, H, W) in [0, 1];
             labels integers (N,) in [0, K).
         val: Validation ``(images, labels)`` in the same format.
-        epochs: Maximum epochs.
-        batch_size: Mini-batch size (a final batch of one image is dropped: BatchNorm cannot train on it).
-        lr: Adam learning rate.
-        weight_decay: Adam weight decay.
+        settings: Epochs, batch size (required; a final batch of one image is dropped: BatchNorm cannot train on
+            it), Adam lr (default 1e-4) and weight decay (default 1e-5), lr schedule (default ``"constant"``, paper
+            2's Adam at a fixed rate; ``"cosine"`` anneals to 0 over the epochs: from scratch on a few hundred
+            images a constant 1e-3 leaves the last epochs' weights and BatchNorm statistics jumping between good
+            and poor validation scores), early-stopping patience on validation F1, seed, device, checkpoint,
+            progress.
         loss: ``"ce"`` (cross-entropy) or ``"focal"`` (:class:`FocalLoss` with ``focal_gamma``).
         focal_gamma: Focal-loss gamma (paper 2: 0.6 for DR grading).
         class_weights: ``"balanced"`` (scikit-learn's n / (K n_c) from the training labels), None (unweighted) or
             a tensor (K,). Applied to either loss.
         augment: ``augment(images, generator) -> images`` on float (B, C, H, W) batches in [0, 1], e.g.
             :func:`anonpaper.train.augment.paper2_augmentation`.
-        early_stopping_patience: Epochs without a better validation F1 before stopping; None trains all epochs.
-        lr_schedule: ``"constant"`` (paper 2's Adam at a fixed rate) or ``"cosine"`` (cosine annealing to 0 over
-            ``epochs``). From scratch on a few hundred images a constant 1e-3 leaves the last epochs' weights
-            (and BatchNorm statistics) jumping between good and poor validation scores; annealing settles them.
-        seed: Seed of the run (data order, augmentation, dropout).
-        device: Training device; None picks CUDA when available.
-        checkpoint_path: Per-epoch checkpoint (resumes from it when present).
-        progress: Show progress bars.
 
     Returns:
         :class:`TrainResult` whose ``model`` is an :class:`InputNormalization` wrapper (taking images in [0, 1])
         around ``model`` with the best weights; history columns ``train_loss``, ``val_loss``, ``val_f1`` (macro,
         higher is better), ``val_accuracy``; ``extras`` holds ``class_weights``, ``mean`` and ``std``.
     """
+    settings = settings.with_defaults(lr=1e-4, weight_decay=1e-5, lr_schedule="constant")
+    epochs, batch_size, lr, weight_decay = settings.epochs, settings.batch_size, settings.lr, settings.weight_decay
+    lr_schedule, early_stopping_patience, seed = settings.lr_schedule, settings.early_stopping_patience, settings.seed
+    device, checkpoint_path, progress = settings.device, settings.checkpoint_path, settings.progress
     train_images = as_image_tensor(train[0], "train images")
     train_labels = as_label_tensor(train[1], train_images.shape[0], "train labels")
     val_images = as_image_tensor(val[0], "val images")

@@ -7,7 +7,6 @@ identity? Higher is better; chance is about 1 / (number of identities).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -19,16 +18,13 @@ from anonpaper.metrics.identity import rank1_accuracy
 from anonpaper.models.embedding import ArcFaceHead
 from anonpaper.models.normalization import InputNormalization, channel_statistics
 from anonpaper.runtime import content_hash, get_device
-from anonpaper.train.loop import (TrainResult, as_image_tensor, batched_forward, fit, labelled_minibatches,
-                                  model_device)
+from anonpaper.train.loop import (TrainResult, TrainSettings, as_image_tensor, batched_forward, fit,
+                                  labelled_minibatches, model_device)
 
 
-def train_embedding(model: nn.Module, images: Any, identities: Any, *, epochs: int, batch_size: int = 32,
-                    lr: float = 1e-3, weight_decay: float = 5e-4, s: float = 64.0, m: float = 0.5,
-                    val: tuple[Any, Any] | None = None, augment: Callable[..., torch.Tensor] | None = None,
-                    early_stopping_patience: int | None = None, seed: int = 0,
-                    device: str | torch.device | None = None, checkpoint_path: str | Path | None = None,
-                    progress: bool = True) -> TrainResult:
+def train_embedding(model: nn.Module, images: Any, identities: Any, settings: TrainSettings, *, s: float = 64.0,
+                    m: float = 0.5, val: tuple[Any, Any] | None = None,
+                    augment: Callable[..., torch.Tensor] | None = None) -> TrainResult:
     """Train an embedding network with an ArcFace classification head over the training identities.
 
     Args:
@@ -36,19 +32,23 @@ def train_embedding(model: nn.Module, images: Any, identities: Any, *, epochs: i
             (N, C, H, W) input to unit-length embeddings (N, D).
         images: uint8 numpy (N, H, W[, C]) or float tensor (N, C, H, W) in [0, 1].
         identities: Identity labels (N,) of any hashable numpy dtype (ints or strings); at least 2 identities.
-        epochs: Maximum epochs.
-        batch_size: Mini-batch size (>= 2).
-        lr, weight_decay: Adam hyper-parameters (for the network and the head).
+        settings: Epochs; mini-batch size (default 32, >= 2); Adam lr (default 1e-3) and weight decay (default
+            5e-4) for the network and the head; early stopping, seed, device, checkpoint, progress (as in
+            :func:`anonpaper.train.loop.fit`). No lr schedule.
         s, m: ArcFace scale and angular margin (GMIA: 64, 0.5).
         val: Optional ``(images, identities)``; the best epoch maximises ``val_rank1``, otherwise the lowest
             training loss selects.
         augment: ``augment(images, generator) -> images`` on float batches in [0, 1].
-        early_stopping_patience, seed, device, checkpoint_path, progress: As in :func:`anonpaper.train.loop.fit`.
 
     Returns:
         :class:`TrainResult`; ``model`` is an :class:`InputNormalization` wrapper (images in [0, 1]); ``extras``
         holds ``head`` (the trained :class:`ArcFaceHead`) and ``identity_values`` (label of each head row).
     """
+    settings.refuse("train_embedding", "lr_schedule")
+    settings = settings.with_defaults(batch_size=32, lr=1e-3, weight_decay=5e-4)
+    epochs, batch_size, lr, weight_decay = settings.epochs, settings.batch_size, settings.lr, settings.weight_decay
+    early_stopping_patience, seed = settings.early_stopping_patience, settings.seed
+    device, checkpoint_path, progress = settings.device, settings.checkpoint_path, settings.progress
     image_tensor = as_image_tensor(images)
     identity_array = np.asarray(identities.cpu() if isinstance(identities, torch.Tensor) else identities)
     if identity_array.shape != (image_tensor.shape[0],):

@@ -27,7 +27,6 @@ All randomness of an epoch (order, warps, jitter, distractors) comes from the ep
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -37,7 +36,7 @@ from torch.nn import functional as F
 
 from anonpaper.models.keypoints import KeypointNet
 from anonpaper.runtime import content_hash, get_device
-from anonpaper.train.loop import TrainResult, as_image_tensor, fit
+from anonpaper.train.loop import TrainResult, TrainSettings, as_image_tensor, fit
 
 
 def cohort_keypoints(cohort: Any, indices: Sequence[int] | None = None) -> list[np.ndarray]:
@@ -396,15 +395,13 @@ def descriptor_loss(descriptors_a: torch.Tensor, descriptors_b: torch.Tensor, po
     return torch.stack(losses).sum() / count.to(first.device)
 
 
-def train_keypoint_detector(model: KeypointNet, images: Any, keypoints: Sequence[Any], *, epochs: int,
-                            batch_size: int = 8, lr: float = 1e-3, sigma: float = 1.5, temperature: float = 0.1,
+def train_keypoint_detector(model: KeypointNet, images: Any, keypoints: Sequence[Any], settings: TrainSettings, *,
+                            sigma: float = 1.5, temperature: float = 0.1,
                             descriptor_weight: float = 1.0, distractors: int = 64,
                             max_rotation_degrees: float = 15.0, max_scale: float = 0.1, max_shift: float = 0.1,
                             photometric: float = 0.15, acquisition_strength: float = 0.0, pairs: Any = None,
                             pair_transforms: Any = None, dense_anchors: int = 0,
-                            val: tuple[Any, Sequence[Any]] | None = None, seed: int = 0,
-                            device: str | torch.device | None = None, checkpoint_path: str | Path | None = None,
-                            progress: bool = True) -> TrainResult:
+                            val: tuple[Any, Sequence[Any]] | None = None) -> TrainResult:
     """Train :class:`KeypointNet` on images with exact keypoints (focal detection + InfoNCE descriptors).
 
     Args:
@@ -412,9 +409,9 @@ def train_keypoint_detector(model: KeypointNet, images: Any, keypoints: Sequence
         images: uint8 numpy (N, H, W[, C]) or float tensor (N, C, H, W) in [0, 1]; H, W divisible by
             ``model.size_multiple``.
         keypoints: N arrays (K_i, 2) of (x, y) pixel positions (e.g. :func:`cohort_keypoints`).
-        epochs: Number of epochs (one pass over the images each).
-        batch_size: Images per batch (>= 2).
-        lr: Adam learning rate (cosine-annealed over the epochs).
+        settings: Epochs (one pass over the images each); images per batch (default 8, >= 2); Adam lr (default
+            1e-3, always cosine-annealed over the epochs); seed, device, checkpoint, progress (as in
+            :func:`anonpaper.train.loop.fit`). No weight decay or early stopping.
         sigma: Gaussian target width in pixels.
         temperature: InfoNCE temperature.
         descriptor_weight: Weight of the descriptor loss relative to the detection loss.
@@ -434,13 +431,16 @@ def train_keypoint_detector(model: KeypointNet, images: Any, keypoints: Sequence
             pixels off or not at a true keypoint; dense anchors train descriptors to match there too.
         val: Optional ``(images, keypoints)``; its loss on fixed warps (seeded by ``seed``) becomes the
             ``val_loss`` column that selects the best epoch (lower is better). Without it ``train_loss`` selects.
-        seed, device, checkpoint_path, progress: As in :func:`anonpaper.train.loop.fit`.
 
     Returns:
         :class:`TrainResult` whose ``model`` is the trained :class:`KeypointNet` (takes images in [0, 1]).
     """
     if not isinstance(model, KeypointNet):
         raise ValueError(f"model must be a KeypointNet, got {type(model).__name__}")
+    settings.refuse("train_keypoint_detector", "weight_decay", "lr_schedule", "early_stopping_patience")
+    settings = settings.with_defaults(batch_size=8, lr=1e-3)
+    epochs, batch_size, lr, seed = settings.epochs, settings.batch_size, settings.lr, settings.seed
+    device, checkpoint_path, progress = settings.device, settings.checkpoint_path, settings.progress
     image_tensor = as_image_tensor(images)
     count, channels, height, width = image_tensor.shape
     if channels != model.in_channels:

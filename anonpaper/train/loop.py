@@ -33,6 +33,62 @@ from anonpaper.train.checkpoint import capture_rng_state, load_checkpoint, resto
 CHECKPOINT_FORMAT = "anonpaper.fit/1"
 
 
+@dataclass(frozen=True)
+class TrainSettings:
+    """The options every trainer of the package takes (task-specific ones stay keyword arguments of the trainer).
+
+    A field left None takes the trainer's own default (its paper's recipe), which the trainer fills in with
+    :meth:`with_defaults`; a trainer refuses a field it has no use for.
+
+    Attributes:
+        epochs: Maximum epochs (>= 1).
+        batch_size: Mini-batch size.
+        lr: Adam learning rate.
+        weight_decay: Adam weight decay.
+        lr_schedule: ``"constant"`` or ``"cosine"`` (annealing to 0 over ``epochs``).
+        early_stopping_patience: Epochs without a better monitored value before stopping (None: all epochs).
+        seed: Seed of the run (data order, augmentation, dropout).
+        device: Training device; None picks CUDA when available.
+        checkpoint_path: Per-epoch checkpoint; a run resumes from it when present.
+        progress: Show progress bars.
+
+    Example:
+        >>> settings = TrainSettings(epochs=3, lr=1e-2).with_defaults(lr=1e-4, batch_size=32)
+        >>> settings.lr, settings.batch_size
+        (0.01, 32)
+    """
+
+    epochs: int
+    batch_size: int | None = None
+    lr: float | None = None
+    weight_decay: float | None = None
+    lr_schedule: str | None = None
+    early_stopping_patience: int | None = None
+    seed: int = 0
+    device: Any = None
+    checkpoint_path: str | Path | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 0:
+            raise ValueError(f"epochs must be a non-negative integer, got {self.epochs!r}")
+        if self.lr_schedule not in (None, "constant", "cosine"):
+            raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
+
+    def with_defaults(self, **defaults: Any) -> "TrainSettings":
+        """A copy whose None fields named in ``defaults`` take those values."""
+        import dataclasses
+
+        return dataclasses.replace(self, **{name: value for name, value in defaults.items()
+                                            if getattr(self, name) is None})
+
+    def refuse(self, trainer: str, *names: str) -> None:
+        """ValueError when a field the trainer has no use for is set."""
+        used = [name for name in names if getattr(self, name) is not None]
+        if used:
+            raise ValueError(f"{trainer} does not use {', '.join(used)} (leave it None)")
+
+
 @dataclass
 class TrainResult:
     """What a training run returns.

@@ -9,7 +9,6 @@ k / number of candidates).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -20,7 +19,7 @@ from torch.nn import functional as F
 from anonpaper.models.classifiers import build_classifier
 from anonpaper.train.classifier import train_classifier
 from anonpaper.runtime import get_device
-from anonpaper.train.loop import TrainResult, as_image_tensor, batched_forward, model_device
+from anonpaper.train.loop import TrainResult, TrainSettings, as_image_tensor, batched_forward, model_device
 
 
 def _membership_matrix(membership: Any, shape: tuple[int, int]) -> np.ndarray:
@@ -72,12 +71,9 @@ def membership_pairs(synthetic: Any, real: Any, membership: Any, *, negatives_pe
     return pairs, torch.tensor(labels, dtype=torch.int64)
 
 
-def train_membership_classifier(train: tuple[Any, Any, Any], val: tuple[Any, Any, Any], *,
-                                backbone: str = "small_cnn", epochs: int, batch_size: int = 32, lr: float = 1e-3,
-                                negatives_per_positive: int = 1,
-                                augment: Callable[..., torch.Tensor] | None = None, seed: int = 0,
-                                device: str | torch.device | None = None,
-                                checkpoint_path: str | Path | None = None, progress: bool = True) -> TrainResult:
+def train_membership_classifier(train: tuple[Any, Any, Any], val: tuple[Any, Any, Any], settings: TrainSettings, *,
+                                backbone: str = "small_cnn", negatives_per_positive: int = 1,
+                                augment: Callable[..., torch.Tensor] | None = None) -> TrainResult:
     """Train the k-SALSA pair classifier.
 
     Args:
@@ -85,19 +81,19 @@ def train_membership_classifier(train: tuple[Any, Any, Any], val: tuple[Any, Any
         val: The same for validation clusters (model selection by validation macro-F1 of the pair labels).
         backbone: :func:`anonpaper.models.classifiers.build_classifier` name; the network gets ``2 * C`` input
             channels and 2 outputs (class 1 = member).
-        epochs, batch_size, lr, augment, seed, device, checkpoint_path, progress: As in
-            :func:`anonpaper.train.classifier.train_classifier` (``augment`` acts on the 2C-channel pairs).
+        settings: As in :func:`anonpaper.train.classifier.train_classifier` (defaults: batch 32, lr 1e-3).
+        augment: As there; it acts on the 2C-channel pairs.
         negatives_per_positive: Non-member pairs per member pair (balanced classes by default).
 
     Returns:
         :class:`TrainResult`; its ``model`` takes (N, 2C, H, W) pairs in [0, 1] and returns logits (N, 2).
     """
+    settings = settings.with_defaults(batch_size=32, lr=1e-3)
+    seed = settings.seed
     train_pairs, train_labels = membership_pairs(*train, negatives_per_positive=negatives_per_positive, seed=seed)
     val_pairs, val_labels = membership_pairs(*val, negatives_per_positive=negatives_per_positive, seed=seed + 1)
     model = build_classifier(backbone, in_channels=train_pairs.shape[1], num_classes=2)
-    return train_classifier(model, (train_pairs, train_labels), (val_pairs, val_labels), epochs=epochs,
-                            batch_size=batch_size, lr=lr, augment=augment, seed=seed, device=device,
-                            checkpoint_path=checkpoint_path, progress=progress)
+    return train_classifier(model, (train_pairs, train_labels), (val_pairs, val_labels), settings, augment=augment)
 
 
 def membership_attack_scores(model: nn.Module, synthetic: Any, candidates: Any, batch_size: int = 64,

@@ -23,13 +23,14 @@ import pandas as pd
 import torch
 from torch import nn
 
+from anonpaper.cache import ArtifactCache
+from anonpaper.metrics.segmentation import dice_score
 from anonpaper.models.keypoints import KeypointNet, detection_precision_recall
 from anonpaper.models.normalization import InputNormalization
 from anonpaper.models.unet import UNet
-from anonpaper.cache import ArtifactCache
 from anonpaper.runtime import content_hash
 from anonpaper.train.keypoints import cohort_keypoints, cohort_pairs, train_keypoint_detector
-from anonpaper.metrics.segmentation import dice_score
+from anonpaper.train.loop import TrainSettings
 from anonpaper.train.segmenter import segment, train_segmenter
 
 
@@ -109,9 +110,10 @@ def _trained_segmenter(cohort: Any, mask_name: str, *, base_width: int, depth: i
         if train is None:
             raise ValueError(f"cohort {cohort.name!r} has an empty train split")
         network = UNet(channels, 1, base_width=base_width, depth=depth)
-        result = train_segmenter(network, train[0], train[1], epochs=epochs, patch_size=patch_size,
-                                 patches_per_epoch=patches_per_epoch, batch_size=batch_size, lr=lr, loss="bce",
-                                 seed=seed, device=device, progress=progress)
+        result = train_segmenter(network, train[0], train[1],
+                                 TrainSettings(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
+                                               device=device, progress=progress),
+                                 patch_size=patch_size, patches_per_epoch=patches_per_epoch, loss="bce")
         val = _split_arrays(cohort, "val", mask_name)
         val_dice = float("nan") if val is None else dice_score(segment(result.model, val[0]) >= 0.5, val[1])
         return {"state_dict": {key: value.cpu() for key, value in result.model.state_dict().items()},
@@ -209,9 +211,10 @@ def trained_keypoint_detector(cohort: Any, *, base_width: int = 16, depth: int =
             pairs, transforms = cohort_pairs(train)
             if len(pairs):
                 pair_options = {"pairs": pairs, "pair_transforms": transforms}
-        result = train_keypoint_detector(network, train.load_images(), cohort_keypoints(train), epochs=epochs,
-                                         batch_size=batch_size, lr=lr, acquisition_strength=acquisition_strength,
-                                         dense_anchors=dense_anchors, seed=seed, device=device, progress=progress,
+        result = train_keypoint_detector(network, train.load_images(), cohort_keypoints(train),
+                                         TrainSettings(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
+                                                       device=device, progress=progress),
+                                         acquisition_strength=acquisition_strength, dense_anchors=dense_anchors,
                                          **pair_options)
         val = cohort.split("val")
         metrics = ({"precision": float("nan"), "recall": float("nan"), "keypoints_per_image": float("nan")}

@@ -8,7 +8,6 @@ Patches are gathered from coordinates on the fly, so a dense stride never materi
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -20,7 +19,7 @@ from torch.nn import functional as F
 from anonpaper.metrics.segmentation import dice_score
 from anonpaper.models.normalization import InputNormalization, channel_statistics
 from anonpaper.runtime import content_hash, get_device
-from anonpaper.train.loop import TrainResult, as_image_tensor, autocast_context, fit, model_device
+from anonpaper.train.loop import TrainResult, TrainSettings, as_image_tensor, autocast_context, fit, model_device
 
 
 def dual_threshold(probability: Any, high: float = 0.5, low: float = 0.3, connectivity: int = 8) -> np.ndarray:
@@ -87,13 +86,10 @@ def soft_dice_loss(logits: torch.Tensor, target: torch.Tensor, smooth: float = 1
     return 1.0 - (2.0 * intersection + smooth) / (probability.sum() + target.sum() + smooth)
 
 
-def train_segmenter(model: nn.Module, images: Any, masks: Any, *, epochs: int, patch_size: int | None = 48,
-                    stride: int | None = None, patches_per_epoch: int | None = None, batch_size: int = 32,
-                    lr: float = 1e-4, weight_decay: float = 1e-5, loss: str = "bce", scheduler: str | None = "cosine",
-                    val: tuple[Any, Any] | None = None, augment: Callable[..., Any] | None = None,
-                    early_stopping_patience: int | None = None, seed: int = 0,
-                    device: str | torch.device | None = None, checkpoint_path: str | Path | None = None,
-                    progress: bool = True) -> TrainResult:
+def train_segmenter(model: nn.Module, images: Any, masks: Any, settings: TrainSettings, *,
+                    patch_size: int | None = 48, stride: int | None = None, patches_per_epoch: int | None = None,
+                    loss: str = "bce", val: tuple[Any, Any] | None = None,
+                    augment: Callable[..., Any] | None = None) -> TrainResult:
     """Train a binary segmenter (one logit channel) on patches.
 
     Args:
@@ -101,25 +97,28 @@ def train_segmenter(model: nn.Module, images: Any, masks: Any, *, epochs: int, p
             :class:`anonpaper.models.unet.UNet` or :class:`anonpaper.models.frunet.FRUNet`.
         images: uint8 numpy (N, H, W[, C]) or float tensor (N, C, H, W) in [0, 1].
         masks: Binary masks (N, H, W) (bool or {0, 1}).
-        epochs: Maximum epochs.
+        settings: Epochs; patches per batch (default 32, >= 2); Adam lr and weight decay (FR-UNet: 1e-4, 1e-5,
+            the defaults); lr schedule (default ``"cosine"`` annealing over the epochs, as FR-UNet; ``"constant"``);
+            early-stopping patience, seed, device, checkpoint, progress (as in :func:`anonpaper.train.loop.fit`).
         patch_size: Side of the square training patches (a multiple of the model's ``size_multiple``); None
             trains on whole images.
         stride: Grid stride of the patches (FR-UNet: 6); None draws random patch positions instead.
         patches_per_epoch: Patches per epoch. With ``stride``, a random subset of the grid of that size (None: the
             whole grid); without, the number of random patches (None: as many as tile the images once).
-        batch_size: Patches per batch (>= 2).
-        lr, weight_decay: Adam hyper-parameters (FR-UNet: 1e-4, 1e-5).
         loss: ``"bce"`` or ``"bce+dice"`` (BCE plus :func:`soft_dice_loss`).
-        scheduler: ``"cosine"`` (cosine annealing over ``epochs``, as FR-UNet) or None (constant lr).
         val: Optional ``(images, masks)`` for full-image validation; the best epoch is the one with the highest
             ``val_dice`` (threshold 0.5). Without it the lowest training loss selects.
         augment: ``augment(images, generator, masks) -> (images, masks)`` on patches, e.g.
             :class:`anonpaper.train.augment.FlipShiftScaleRotate`.
-        early_stopping_patience, seed, device, checkpoint_path, progress: As in :func:`anonpaper.train.loop.fit`.
 
     Returns:
         :class:`TrainResult` with ``model`` an :class:`InputNormalization` wrapper (images in [0, 1]).
     """
+    settings = settings.with_defaults(batch_size=32, lr=1e-4, weight_decay=1e-5, lr_schedule="cosine")
+    epochs, batch_size, lr, weight_decay = settings.epochs, settings.batch_size, settings.lr, settings.weight_decay
+    scheduler = "cosine" if settings.lr_schedule == "cosine" else None
+    early_stopping_patience, seed = settings.early_stopping_patience, settings.seed
+    device, checkpoint_path, progress = settings.device, settings.checkpoint_path, settings.progress
     image_tensor = as_image_tensor(images)
     count, _, height, width = image_tensor.shape
     mask_tensor = _mask_tensor(masks, count, (height, width))

@@ -20,6 +20,7 @@ from anonpaper.metrics.classification import accuracy, auroc, balanced_accuracy,
 from anonpaper.metrics.identity import keypoint_similarity, match_fraction, sift_features, verification_auc
 from anonpaper.metrics import images_from_uint8
 from anonpaper.runtime import get_device
+from anonpaper.train.loop import TrainSettings
 
 
 def identity_pairs(patient_ids: np.ndarray, n_pairs: int, seed: int) -> pd.DataFrame:
@@ -171,9 +172,10 @@ def learnability(cohort: Cohort, label: str, *, backbone: str, epochs: int, batc
                          f"({ {split: len(part[1]) for split, part in parts.items()} })")
     channels = 1 if images.ndim == 3 else images.shape[-1]
     model = build_classifier(backbone, in_channels=channels, num_classes=len(classes))
-    result = train_classifier(model, parts["train"], parts["val"], epochs=epochs, batch_size=batch_size, lr=lr,
-                              loss=loss, lr_schedule=lr_schedule, augment=augment, seed=seed, device=get_device(),
-                              progress=progress)
+    result = train_classifier(model, parts["train"], parts["val"],
+                              TrainSettings(epochs=epochs, batch_size=batch_size, lr=lr, lr_schedule=lr_schedule,
+                                            seed=seed, device=get_device(), progress=progress),
+                              loss=loss, augment=augment)
     probabilities = predict_proba(result.model, parts["test"][0])
     truth = parts["test"][1]
     predicted = probabilities.argmax(axis=1)
@@ -181,7 +183,8 @@ def learnability(cohort: Cohort, label: str, *, backbone: str, epochs: int, batc
     present = np.unique(truth)
     area = auroc(truth, scores) if len(present) == len(classes) else float("nan")
     return LearnabilityResult(label=label, accuracy=accuracy(truth, predicted),
-                              balanced_accuracy=balanced_accuracy(truth, predicted), macro_f1=macro_f1(truth, predicted),
+                              balanced_accuracy=balanced_accuracy(truth, predicted),
+                              macro_f1=macro_f1(truth, predicted),
                               auroc=area, chance=float(np.bincount(truth).max() / len(truth)),
                               n_train=len(parts["train"][1]), n_test=len(truth), classes=classes)
 
@@ -204,8 +207,9 @@ def verification_on_heldout_patients(cohort: Cohort, *, epochs: int, backbone: s
     identities = pd.factorize(train.table["patient_id"])[0]
     channels = 1 if train_images.ndim == 3 else train_images.shape[-1]
     model = EmbeddingNet(in_channels=channels, embedding_dim=embedding_dim, backbone=backbone)
-    result = train_embedding(model, train_images, identities, epochs=epochs, batch_size=batch_size, seed=seed,
-                             device=get_device(), progress=progress)
+    result = train_embedding(model, train_images, identities,
+                             TrainSettings(epochs=epochs, batch_size=batch_size, seed=seed, device=get_device(),
+                                           progress=progress))
     embeddings = embed(result.model, test.load_images())
     pairs = identity_pairs(test.table["patient_id"].to_numpy(), n_pairs, seed)
     similarity = np.sum(embeddings[pairs["first"]] * embeddings[pairs["second"]], axis=1)

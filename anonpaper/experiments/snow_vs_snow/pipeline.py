@@ -45,7 +45,7 @@ from anonpaper.models.classifiers import build_classifier, gradient_saliency
 from anonpaper.runtime import derive_seed, get_device
 from anonpaper.train.augment import paper2_augmentation
 from anonpaper.train.classifier import predict_proba, train_classifier
-from anonpaper.train.loop import as_image_tensor
+from anonpaper.train.loop import TrainSettings, as_image_tensor
 from anonpaper.train.segmenter import dual_threshold, segment, train_segmenter
 
 METHODS = ("snow", "vs_snow")
@@ -99,12 +99,12 @@ def train_vessel_segmenter(arrays: CohortArrays, config: Config, device: torch.d
     def build() -> dict:
         started = time.perf_counter()
         result = train_segmenter(build_segmenter(config), arrays.images["train"], arrays.vessels["train"],
-                                 epochs=config.segmenter_epochs,
+                                 TrainSettings(epochs=config.segmenter_epochs, batch_size=16,
+                                               lr=config.segmenter_lr, seed=config.seed, device=device,
+                                               progress=progress),
                                  patch_size=min(config.segmenter_patch, arrays.images["train"].shape[1]),
-                                 patches_per_epoch=config.segmenter_patches_per_epoch, batch_size=16,
-                                 lr=config.segmenter_lr, loss=config.segmenter_loss,
-                                 val=(arrays.images["val"], arrays.vessels["val"]), seed=config.seed, device=device,
-                                 progress=progress)
+                                 patches_per_epoch=config.segmenter_patches_per_epoch, loss=config.segmenter_loss,
+                                 val=(arrays.images["val"], arrays.vessels["val"]))
         return {"model": result.model.cpu(), "history": result.history, "best_epoch": result.best_epoch,
                 "seconds": time.perf_counter() - started}
 
@@ -194,15 +194,15 @@ def train_task_classifier(task: str, train: tuple[np.ndarray, np.ndarray], val: 
         started = time.perf_counter()
         torch.manual_seed(derive_seed(config.seed, "classifier-init", task, description))
         model = build_classifier(config.backbone, 3, 2 if task == "sex" else 3)
-        result = train_classifier(model, train, val, epochs=config.epochs, batch_size=config.batch_size,
-                                  lr=config.lr, weight_decay=config.weight_decay,
+        result = train_classifier(model, train, val,
+                                  TrainSettings(epochs=config.epochs, batch_size=config.batch_size, lr=config.lr,
+                                                weight_decay=config.weight_decay, lr_schedule=config.lr_schedule,
+                                                early_stopping_patience=config.early_stopping_patience,
+                                                seed=derive_seed(config.seed, "train", task, description),
+                                                device=device, progress=progress),
                                   loss="ce" if task == "sex" else "focal", focal_gamma=config.focal_gamma,
                                   class_weights=None if task == "sex" else "balanced",
-                                  augment=paper2_augmentation() if config.augment else None,
-                                  lr_schedule=config.lr_schedule,
-                                  early_stopping_patience=config.early_stopping_patience,
-                                  seed=derive_seed(config.seed, "train", task, description), device=device,
-                                  progress=progress)
+                                  augment=paper2_augmentation() if config.augment else None)
         return {"model": result.model.cpu(), "history": result.history, "best_epoch": result.best_epoch,
                 "seconds": time.perf_counter() - started}
 
