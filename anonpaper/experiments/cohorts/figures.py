@@ -57,6 +57,38 @@ def plot_retina_examples(cohort: RetinaPhantomCohort, grades: tuple[int, ...] = 
     return figure
 
 
+def _grayscale_identity_grid(cohort, column: str, groups: list, images_per_group: int, contours: dict[str, tuple],
+                             title, show_masks: bool, size: tuple[float, float]):
+    """One row per group (patient / identity) of its first images, with mask outlines.
+
+    Args:
+        column: Table column that names the group.
+        groups: The group values, one figure row each.
+        contours: Mask name -> (colour, line width), drawn when the mask is non-empty.
+        title: ``title(group, table_row) -> str`` for each image.
+        size: (width, height) of one panel in inches.
+    """
+    import matplotlib.pyplot as plt
+
+    table = cohort.table
+    figure, axes = plt.subplots(len(groups), images_per_group,
+                                figsize=(size[0] * images_per_group, size[1] * len(groups)), squeeze=False)
+    for row_axes, group in zip(axes, groups):
+        indices = np.flatnonzero(table[column].to_numpy() == group)[:images_per_group]
+        for axis in row_axes:
+            axis.axis("off")
+        for axis, index in zip(row_axes, indices):
+            axis.imshow(cohort.image(int(index)), cmap="gray", vmin=0, vmax=255)
+            if show_masks:
+                masks = cohort.masks(int(index))
+                for name, (colour, width) in contours.items():
+                    if masks[name].any():
+                        axis.contour(masks[name], levels=[0.5], colors=colour, linewidths=width)
+            axis.set_title(title(group, table.iloc[int(index)]), fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
 def plot_cxr_examples(cohort: CXRPhantomCohort, n_patients: int = 3, images_per_patient: int = 4,
                       show_masks: bool = True):
     """Figure: rows = patients (several images each, identity visible), mask outlines of the findings on top.
@@ -64,31 +96,18 @@ def plot_cxr_examples(cohort: CXRPhantomCohort, n_patients: int = 3, images_per_
     Returns:
         matplotlib Figure.
     """
-    import matplotlib.pyplot as plt
-
-    table = cohort.table
-    counts = table.groupby("patient_id").size()
+    counts = cohort.table.groupby("patient_id").size()
     patients = counts[counts >= images_per_patient].index[:n_patients].tolist() or counts.index[:n_patients].tolist()
-    fig, axes = plt.subplots(len(patients), images_per_patient, figsize=(2.4 * images_per_patient,
-                                                                         2.6 * len(patients)), squeeze=False)
-    colours = {"effusion": "cyan", "opacity": "orange", "atelectasis": "magenta", "support_devices": "lime",
-               "heart": "red"}
-    for row_axes, patient in zip(axes, patients):
-        indices = np.flatnonzero(table["patient_id"].to_numpy() == patient)[:images_per_patient]
-        for axis in row_axes:
-            axis.axis("off")
-        for axis, index in zip(row_axes, indices):
-            axis.imshow(cohort.image(int(index)), cmap="gray", vmin=0, vmax=255)
-            if show_masks:
-                masks = cohort.masks(int(index))
-                for name, colour in colours.items():
-                    if masks[name].any():
-                        axis.contour(masks[name], levels=[0.5], colors=colour, linewidths=0.6)
-            record = table.iloc[int(index)]
-            found = [f[:6] for f in FINDINGS if record[f"label_{f}"] == 1]
-            axis.set_title(f"{patient[-4:]} #{record['study_index']} {','.join(found)}", fontsize=7)
-    fig.tight_layout()
-    return fig
+    contours = {name: (colour, 0.6) for name, colour in (("effusion", "cyan"), ("opacity", "orange"),
+                                                        ("atelectasis", "magenta"), ("support_devices", "lime"),
+                                                        ("heart", "red"))}
+
+    def title(patient, record) -> str:
+        found = [f[:6] for f in FINDINGS if record[f"label_{f}"] == 1]
+        return f"{patient[-4:]} #{record['study_index']} {','.join(found)}"
+
+    return _grayscale_identity_grid(cohort, "patient_id", patients, images_per_patient, contours, title, show_masks,
+                                    (2.4, 2.6))
 
 
 def plot_iris_examples(cohort: IrisPhantomCohort, n_identities: int = 4, images_per_identity: int = 4,
@@ -98,27 +117,11 @@ def plot_iris_examples(cohort: IrisPhantomCohort, n_identities: int = 4, images_
     Returns:
         matplotlib Figure.
     """
-    import matplotlib.pyplot as plt
-
-    table = cohort.table
-    firsts = table.groupby("identity").first()
+    firsts = cohort.table.groupby("identity").first()
     diseased = firsts.index[firsts["disease"] == 1].tolist()
     healthy = firsts.index[firsts["disease"] == 0].tolist()
     chosen = (diseased[: (n_identities + 1) // 2] + healthy)[:n_identities]
-    fig, axes = plt.subplots(len(chosen), images_per_identity,
-                             figsize=(2.2 * images_per_identity, 2.35 * len(chosen)), squeeze=False)
-    for row_axes, identity in zip(axes, chosen):
-        indices = np.flatnonzero(table["identity"].to_numpy() == identity)[:images_per_identity]
-        for axis in row_axes:
-            axis.axis("off")
-        for axis, index in zip(row_axes, indices):
-            axis.imshow(cohort.image(int(index)), cmap="gray", vmin=0, vmax=255)
-            if show_masks:
-                masks = cohort.masks(int(index))
-                if masks["lesion"].any():
-                    axis.contour(masks["lesion"], levels=[0.5], colors="red", linewidths=0.6)
-                axis.contour(masks["occlusion"], levels=[0.5], colors="yellow", linewidths=0.4)
-            record = table.iloc[int(index)]
-            axis.set_title(f"{identity[-8:]} {record['disease_type'] or 'healthy'}", fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _grayscale_identity_grid(cohort, "identity", chosen, images_per_identity,
+                                    {"lesion": ("red", 0.6), "occlusion": ("yellow", 0.4)},
+                                    lambda identity, record: f"{identity[-8:]} {record['disease_type'] or 'healthy'}",
+                                    show_masks, (2.2, 2.35))
