@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from anonpaper.experiments.claims import Claim
 from anonpaper.runner.record import read_record
 from anonpaper.runner.studies import load_registry
 
@@ -34,8 +35,12 @@ def test_record_is_complete(name):
     assert record["metrics"], "a chapter records metrics"
     assert record["environment"]["versions"]["anonpaper"]
     for claim in record["claims"]:
-        assert claim["holds"] in (True, False, None)
+        # Rebuilding the claim re-checks its vocabulary (verdict, kind, a reason when undecided).
+        rebuilt = Claim(**{key: value for key, value in claim.items() if key != "holds"})
+        assert claim["holds"] is rebuilt.holds, f"claim {claim['id']}: holds disagrees with its verdict"
         assert claim["ours"] is not None, f"claim {claim['id']} has no measured value"
+        if claim["n"] is not None and claim["min_n"] is not None and claim["n"] < claim["min_n"]:
+            assert claim["verdict"] == "undecided", f"claim {claim['id']} decided on {claim['n']} < {claim['min_n']}"
 
 
 def test_book_was_built():
