@@ -175,7 +175,7 @@ def _progress(total: int, enabled: bool, description: str):
     return tqdm(total=total, desc=description, unit="chunk")
 
 
-def style_channel_jacobians(generator, codes: StyleCodes, channels: torch.Tensor, chunk_size: int = 8,
+def style_channel_jacobians(generator, codes: StyleCodes, channels: torch.Tensor, chunk_size: int = 4,
                             image_batch_size: int | None = None, progress: bool = False,
                             description: str = "S-space Jacobian") -> Iterator[tuple[slice, torch.Tensor,
                                                                                        torch.Tensor]]:
@@ -269,7 +269,7 @@ def _top_mask_count_mean(maps: torch.Tensor, masks: torch.Tensor) -> torch.Tenso
 
 
 def contribution_scores(generator, codes: StyleCodes, masks, layers: Sequence[str] | None = None,
-                        channels: Sequence | torch.Tensor | None = None, chunk_size: int = 8,
+                        channels: Sequence | torch.Tensor | None = None, chunk_size: int = 4,
                         image_batch_size: int | None = None, progress: bool = True) -> ChannelScores:
     """Contribution score of every selected S channel to the masked region (paper Eq. 9-10).
 
@@ -283,7 +283,8 @@ def contribution_scores(generator, codes: StyleCodes, masks, layers: Sequence[st
             masks from a segmenter applied to ``G(codes)``); each must have a nonzero pixel.
         layers: Score only these style layers (default: all).
         channels: Score only these channels (flat indices or ``(layer, channel)`` pairs); exclusive with ``layers``.
-        chunk_size: Channels per vectorised JVP; results do not depend on it.
+        chunk_size: Channels per vectorised JVP; results do not depend on it. Speed does: on one CPU core 4 was
+            the fastest for the 64 px StyleGAN3-T (``benchmarks/bench_jacobian.py``); a GPU likely wants more.
         image_batch_size: Images per JVP group (None: all at once); results do not depend on it.
         progress: Show a tqdm bar over chunks.
 
