@@ -293,6 +293,15 @@ def contribution_scores(generator, codes: StyleCodes, masks, layers: Sequence[st
 
     Raises:
         ValueError: On malformed masks or channel selections.
+
+    Example:
+        >>> from anonpaper.models.stylegan import StyleGenerator, get_config
+        >>> G = StyleGenerator(get_config("sg3t-tiny"), seed=0)
+        >>> codes = G.styles(G.mapping(G.sample_latents(2, seed=1))).detach()
+        >>> masks = torch.zeros(2, 32, 32); masks[:, 10:20, 5:25] = 1
+        >>> result = contribution_scores(G, codes, masks, layers=["torgb"], progress=False)
+        >>> tuple(result.per_image.shape), result.top(1)[0]["layer"]
+        ((2, 16), 'torgb')
     """
     layout = codes.layout
     resolution = generator.resolution
