@@ -1,7 +1,9 @@
 """Anonymization methods. One registry serves every caller: ``get(name, **options)`` returns a callable
 :class:`ImageAnonymizer` (uint8 ``(N, H, W, C)`` in and out) used by the chapters, the folder writer and the CLI.
 
-Modules: :mod:`.registry` (the registry and adapter), :mod:`.snow` (Snow and VS-Snow, paper 2), :mod:`.gmia`
+Modules: :mod:`.registry` (the registry and adapter), :mod:`.jacobian_edit` (Jacobian contribution scores and the
+S-space edit, paper 1), :mod:`.sspace_baselines` (StyleSpace, LowRankGAN, ReSeFa), :mod:`.snow` (Snow and VS-Snow,
+paper 2), :mod:`.gmia`
 (latent optimisation, paper 3), :mod:`.ksalsa` (k-anonymous clustering, centroids and local style alignment,
 paper 4), :mod:`.baselines` (blur and pixelation at a matched PSNR), :mod:`.folder` (apply a method to a folder of
 images).
