@@ -3,10 +3,9 @@
 
 Modules: :mod:`.registry` (the registry and adapter), :mod:`.jacobian_edit` (Jacobian contribution scores and the
 S-space edit, paper 1), :mod:`.sspace_baselines` (StyleSpace, LowRankGAN, ReSeFa), :mod:`.snow` (Snow and VS-Snow,
-paper 2), :mod:`.gmia`
-(latent optimisation, paper 3), :mod:`.ksalsa` (k-anonymous clustering, centroids and local style alignment,
-paper 4), :mod:`.baselines` (blur and pixelation at a matched PSNR), :mod:`.folder` (apply a method to a folder of
-images).
+paper 2), :mod:`.gmia` (latent optimisation, paper 3), :mod:`.ksalsa` (k-anonymous clustering, centroids and local
+style alignment, paper 4), :mod:`.baselines` (blur and pixelation at a matched PSNR), :mod:`.folder` (apply a
+method to a folder of images).
 """
 
 from anonpaper.methods.folder import anonymize_folder
