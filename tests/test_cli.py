@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,36 @@ def test_every_option_has_help(subcommand, options, capsys):
     for option in options:
         described = re.search(re.escape(option) + r"(?: [A-Z_ ]+)?\s+(\S+)", text)
         assert described and not described.group(1).startswith("-"), f"{option} has no help text"
+
+
+@dataclass(frozen=True)
+class FixtureConfig:
+    """What a chapter's config dataclass looks like to the runner: fields generate the parameters cell."""
+
+    seed: int = 0
+    n_samples: int = field(default=1000, metadata={"help": "Number of samples drawn."})
+    fail: bool = False
+    sleep_seconds: float = 0.0
+    weights: list[float] | None = None
+
+    def __post_init__(self):
+        if self.n_samples > 100_000:
+            raise ValueError(f"n_samples must be at most 100000, got {self.n_samples}")
+
+
+def test_config_dataclass_gives_types_help_and_validation(fixture_project, capsys):
+    params = fixture_project / "notebooks" / "params.yaml"
+    params.write_text(params.read_text().replace('title: "Fixture A"',
+                                                 f'title: "Fixture A"\n    config: {__name__}.FixtureConfig'))
+    study = load_registry(fixture_project).study("fixture_a")
+    specs = study.parameter_specs()
+    assert list(specs) == ["SEED", "N_SAMPLES", "FAIL", "SLEEP_SECONDS", "WEIGHTS"]
+    assert specs["N_SAMPLES"].help == "Number of samples drawn." and specs["WEIGHTS"].type_name == "list of float or None"
+    assert study.check_parameters({"WEIGHTS": [1, 0.5]}) == {"WEIGHTS": [1, 0.5]}
+    base = ["--project", str(fixture_project), "run", "fixture_a", "--profile", "smoke"]
+    assert main([*base, "-p", "WEIGHTS", "[a]"]) == 2
+    assert "parameter WEIGHTS expects list of float or None" in capsys.readouterr().err
+    assert main([*base, "-p", "N_SAMPLES", "200000"]) == 2
+    assert "FixtureConfig rejects the parameters: n_samples must be at most 100000" in capsys.readouterr().err
+    assert main(["--project", str(fixture_project), "list", "-v"]) == 0
+    assert "WEIGHTS = None  [list of float or None]" in capsys.readouterr().out
