@@ -369,3 +369,19 @@ def test_the_checks_catch_each_problem(browser, tmp_path):
                      "object at 0x7f3a2b", "Claim(", "Traceback (most recent call last)",
                      "table wider than the page"):
         assert expected in problems, f"{expected!r} not reported in:\n{problems}"
+
+
+def test_show_table_output_scrolls_and_passes_the_checks(browser, tmp_path):
+    """A wide, wordy table from the display helper scrolls inside the page instead of overflowing it."""
+    import pandas as pd
+
+    from anonpaper.experiments.display import show_table
+
+    frame = pd.DataFrame({f"metric {index}": [0.123456, float("nan")] for index in range(40)})
+    frame.insert(0, "statement", ["A long claim statement that has to wrap rather than widen the table " * 3, "x"])
+    markup = show_table(frame, missing="not run")._repr_html_()
+    (tmp_path / "table.html").write_text(f"<html><body><main style='max-width:800px'>{markup}</main></body></html>")
+    assert check_page(browser, tmp_path / "table.html", None) == []
+    (tmp_path / "bare.html").write_text("<html><body><main style='max-width:800px'>"
+                                        f"{markup.replace('overflow-x:auto;', '')}</main></body></html>")
+    assert any("table wider than the page" in problem for problem in check_page(browser, tmp_path / "bare.html", None))
