@@ -210,3 +210,11 @@ def test_config_dataclass_gives_types_help_and_validation(fixture_project, capsy
     assert "FixtureConfig rejects the parameters: n_samples must be at most 100000" in capsys.readouterr().err
     assert main(["--project", str(fixture_project), "list", "-v"]) == 0
     assert "WEIGHTS = None  [list of float or None]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("study", load_registry(ROOT).ordered(), ids=lambda study: study.name)
+def test_every_profile_of_the_registry_passes_the_checks(study):
+    """What params.yaml sets for each profile is what `-p` would accept (names, types, obvious ranges)."""
+    registry = load_registry(ROOT)
+    for profile in registry.profiles:
+        study.check_parameters(study.parameters(profile))
