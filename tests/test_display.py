@@ -23,6 +23,14 @@ def test_decimals_per_column_match_python_formatting():
     assert cells(table)["y"] == [f"{value:,.1f}" for value in values]
 
 
+def test_whole_number_columns_show_no_decimals_unless_asked():
+    frame = pd.DataFrame({"n_test": [1200.0, np.nan], "mixed": [1, 2.5], "forced": [3.0, 4.0]})
+    formatted = cells(show_table(frame, digits={"forced": 1}))
+    assert formatted["n_test"] == ["1,200", "n/a"], "counts stored as float (a NaN) read as counts"
+    assert formatted["mixed"] == ["1.000", "2.500"], "one column, one format"
+    assert formatted["forced"] == ["3.0", "4.0"]
+
+
 def test_integers_booleans_lists_and_tiny_numbers():
     frame = pd.DataFrame({"n": [1200, 7], "holds": [True, False], "p": [[0.1, 0.3], [0.5]], "tiny": [2e-6, 0.0]})
     formatted = cells(show_table(frame))
@@ -40,10 +48,10 @@ def test_index_column_only_when_it_means_something():
 
 
 def test_missing_values_say_why():
-    frame = pd.DataFrame({"auc": [0.9, np.nan], "note": [None, "x"], "k": [np.nan, 1.0]})
+    frame = pd.DataFrame({"auc": [0.9, np.nan], "note": [None, "x"], "k": [np.nan, 1.5]})
     formatted = cells(show_table(frame, missing={"auc": "one class in the test set"}))
     assert formatted["auc"] == ["0.900", "n/a (one class in the test set)"]
-    assert formatted["note"] == ["n/a", "x"] and formatted["k"] == ["n/a", "1.000"]
+    assert formatted["note"] == ["n/a", "x"] and formatted["k"] == ["n/a", "1.500"]
     assert "nan" not in repr(show_table(frame, missing="not run")).lower().replace("n/a", "")
 
 
@@ -64,6 +72,7 @@ def test_percent_columns_hold_fractions():
     ({"digits": -1}, "digits must be >= 0"),
     ({"label": "table-1"}, "label must look like 'tbl-<chapter>-<name>'"),
     ({"label": "tbl-Snow"}, "label must look like"),
+    ({"label": "tbl-"}, "label must look like"),
 ])
 def test_bad_options_raise(options, words):
     with pytest.raises(ValueError, match=__import__("re").escape(words)):
@@ -91,5 +100,5 @@ def test_label_glues_the_table_without_displaying_it_twice(monkeypatch):
 
     glued = []
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.append((name, value, display)))
-    table = show_table(pd.DataFrame({"a": [1.0]}), label="tbl-snow-attacker")
-    assert glued == [("tbl-snow-attacker", table, False)]
+    table = show_table(pd.DataFrame({"a": [1.0]}), label="tbl-01_snow_vs_snow-attacker")
+    assert glued == [("tbl-01_snow_vs_snow-attacker", table, False)]

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 PERCENT = "%"
-_LABEL = re.compile(r"^tbl-[a-z0-9]+(-[a-z0-9]+)*$")
+_LABEL = re.compile(r"^tbl-[a-z0-9][a-z0-9_-]*$")
 # Scoped to the table's wrapper: scroll sideways when too wide, wrap long text, right-align numbers.
 _STYLE = (".anonpaper-table{overflow-x:auto;max-width:100%;margin-bottom:1em}"
           ".anonpaper-table table{border-collapse:collapse;font-size:0.9em}"
@@ -60,11 +60,12 @@ class BookTable:
 
 
 
-def _format_number(value: Any, decimals: int, percent: bool) -> str:
+def _format_number(value: Any, decimals: int | None, percent: bool) -> str:
+    """One number: ``decimals=None`` for a column of whole numbers (thousands separated)."""
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
-    if isinstance(value, numbers.Integral) and not percent:
-        return f"{int(value):,}"
+    if decimals is None:
+        return f"{int(round(float(value))):,}"
     number = float(value) * (100.0 if percent else 1.0)
     if number != 0 and abs(number) < 0.5 * 10 ** (-decimals):
         return f"{number:.{max(decimals, 1)}e}"  # would print as 0.000: keep its magnitude
@@ -85,12 +86,13 @@ def show_table(frame: pd.DataFrame, digits: int | Mapping[str, int] = 3, units: 
     Args:
         frame: The table. A named or non-default index becomes the first column(s); a default RangeIndex is
             dropped (no index column).
-        digits: Decimals of float columns (one number, or per column; default 3). A ``%`` column shows
-            ``digits - 2`` decimals (at least 0), so 0.8123 and 81.2 % carry the same precision. Integers keep
-            no decimals; booleans read yes/no.
+        digits: Decimals of float columns (one number, or per column; default 3), the same for every row so
+            numbers line up. A ``%`` column shows ``digits - 2`` decimals (at least 0), so 0.8123 and 81.2 %
+            carry the same precision. A column of whole numbers (integers, or counts stored as floats because
+            of a NaN) shows none unless ``digits`` names it; booleans read yes/no.
         units: Per column: ``"%"`` for a column of fractions in [0, 1] shown as percentages (checked: values
             outside [0, 1] raise), or any other unit, added to the header as ``name (unit)``.
-        label: A myst-nb glue name ``tbl-<chapter>-<name>`` (lower case, digits, hyphens): the table is glued
+        label: A myst-nb glue name ``tbl-<chapter>-<name>`` (lower case, digits, ``-``, ``_``): the table is glued
             under it (not displayed a second time), so the page can place it with ``{glue:}`` and refer to it.
         missing: Why values are missing: one reason for every column, or per column; NaN/None cells read
             ``n/a (reason)``, or ``n/a`` without one.
@@ -130,7 +132,7 @@ def show_table(frame: pd.DataFrame, digits: int | Mapping[str, int] = 3, units: 
     if default_digits < 0 or any(int(value) < 0 for value in per_column_digits.values()):
         raise ValueError(f"digits must be >= 0, got {digits!r}")
     if label is not None and not _LABEL.match(label):
-        raise ValueError(f"label must look like 'tbl-<chapter>-<name>' (lower case, digits, hyphens), got {label!r}")
+        raise ValueError(f"label must look like 'tbl-<chapter>-<name>' (lower case, digits, - and _), got {label!r}")
 
     formatted: dict[str, list[str]] = {}
     numeric_columns: list[bool] = []
@@ -148,9 +150,12 @@ def show_table(frame: pd.DataFrame, digits: int | Mapping[str, int] = 3, units: 
             if outside:
                 raise ValueError(f"column {column!r} is marked '%', so it must hold fractions in [0, 1]; found "
                                  f"{outside[:3]} (already percentages? divide by 100)")
-        decimals = int(per_column_digits.get(column, default_digits))
+        decimals: int | None = int(per_column_digits.get(column, default_digits))
         if percent:
             decimals = max(decimals - 2, 0)
+        elif numeric and column not in per_column_digits and all(
+                isinstance(value, (bool, np.bool_)) or float(value).is_integer() for value in present):
+            decimals = None
         reason = missing_reasons.get(column, missing if isinstance(missing, str) else None)
         not_available = f"n/a ({reason})" if reason else "n/a"
         cells = []

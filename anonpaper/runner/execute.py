@@ -49,17 +49,25 @@ class RunOutcome:
     error: str | None = None
 
 
+def _ipc_paths_fit() -> bool:
+    """Whether the kernel's IPC socket files (``<runtime dir>/kernel-<uuid>-ipc-<n>``) fit the 107-byte limit of a
+    Unix socket path; a very long ``$JUPYTER_RUNTIME_DIR`` falls back to TCP."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return len(os.path.join(jupyter_runtime_dir(), f"kernel-{'0' * 36}-ipc-99").encode()) <= 107
+
+
 class QuietKernelManager(AsyncKernelManager):
     """The kernel manager of our runs: IPC transport, and no interrupt before a shutdown.
 
     jupyter_client's shutdown interrupts the kernel (SIGINT) before asking it to exit; the kernel we shut down
     has finished (or failed) its last cell, so the interrupt only matters when it lands inside a message handler,
     where ipykernel logs it as an error. IPC sockets keep the kernel's traffic off TCP ports (ipykernel warns
-    about unencrypted TCP).
+    about unencrypted TCP); TCP remains the fallback where the socket paths would be too long.
     """
 
     def __init__(self, **kwargs: Any):
-        kwargs.setdefault("transport", "ipc")
+        kwargs.setdefault("transport", "ipc" if _ipc_paths_fit() else "tcp")
         super().__init__(**kwargs)
 
     async def _async_interrupt_kernel(self) -> None:
