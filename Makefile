@@ -7,7 +7,7 @@ ANONPAPER := $(VENV)/bin/anonpaper
 # Never fetch weights or data at run time; the cache lives where the user says (default ~/.cache/anonpaper).
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install book reproduce test test-unit test-notebooks clean-runs
+.PHONY: install book read reproduce test test-unit test-notebooks clean-runs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON_BASE) -m venv $(VENV)
@@ -22,6 +22,11 @@ install: $(VENV)/.installed
 ## Reproduce the study on the phantoms at $(PROFILE) and build the book (runs/$(PROFILE)/book/_build/html).
 book: install
 	$(ANONPAPER) reproduce --profile $(PROFILE)
+
+## Read the book without rerunning anything: build it from the executed notebooks committed in results/$(PROFILE)/
+## (written by `anonpaper publish --profile $(PROFILE)`) into runs/results-$(PROFILE)/book/_build/html.
+read: install
+	$(ANONPAPER) book --profile $(PROFILE) --results
 
 ## Unit tests, every notebook at the smoke profile through the runner, assertions on their records, strict book.
 test: install

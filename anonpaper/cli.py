@@ -1,6 +1,6 @@
 """The ``anonpaper`` command.
 
-Subcommands: info, list, run, reproduce, book (the study runner); cohort generate (write a cohort to disk);
+Subcommands: info, list, run, reproduce, book, publish (the study runner); cohort generate (write a cohort to disk);
 data check (validate a user's copy of a real dataset); anonymize (apply a method to a folder of images).
 Exit codes: 0 success, 1 a run failed, 2 bad usage or input (unknown notebook, profile, parameter, dataset...).
 """
@@ -38,6 +38,8 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_list(args) -> int:
+    import textwrap
+
     from anonpaper.runner.studies import load_registry
 
     registry = load_registry(args.project)
@@ -48,9 +50,21 @@ def _cmd_list(args) -> int:
     for study in registry.ordered():
         deps = f" (after {', '.join(study.depends_on)})" if study.depends_on else ""
         print(f"  {study.name}: {study.title}{deps}")
-        if args.verbose:
-            for profile in registry.profiles:
-                print(f"      {profile}: {study.parameters(profile)}")
+        if not args.verbose:
+            continue
+        print("    parameters (NAME = default  [type]  help; -p NAME VALUE overrides one):")
+        for spec in study.parameter_specs().values():
+            print(f"      {spec.name} = {spec.default!r}  [{spec.type_name}]")
+            if spec.help:
+                print(textwrap.fill(spec.help, width=110, initial_indent=" " * 10, subsequent_indent=" " * 10))
+        print("    profiles (what each changes; the rest keeps the defaults above):")
+        for profile in registry.profiles:
+            changes = study.parameters(profile)
+            listed = ", ".join(f"{name}={value!r}" for name, value in changes.items()) or "the defaults"
+            print(textwrap.fill(f"{profile}: {listed}", width=110, initial_indent=" " * 6,
+                                subsequent_indent=" " * 8))
+    if not args.verbose:
+        print("\n`anonpaper list -v` shows every notebook's parameters with defaults, types and help.")
     return 0
 
 
@@ -74,15 +88,30 @@ def _cmd_reproduce(args) -> int:
 
 
 def _cmd_book(args) -> int:
-    from anonpaper.runner.book import build_book
+    from anonpaper.runner.book import build_book, build_results_book
     from anonpaper.runner.studies import load_registry
 
     registry = load_registry(args.project)
+    if args.results:
+        if args.runs_dir is not None:
+            raise UsageError("--results reads results/PROFILE/; it does not take --runs-dir")
+        return build_results_book(registry, args.profile)
     return build_book(registry, args.profile, runs_dir=args.runs_dir)
 
 
+def _cmd_publish(args) -> int:
+    from anonpaper.runner.book import publish_results
+    from anonpaper.runner.studies import load_registry
+
+    registry = load_registry(args.project)
+    target = publish_results(registry, args.profile, runs_dir=args.runs_dir)
+    print(f"published to {target}; commit it, and `make read` (or `anonpaper book --profile {args.profile} "
+          f"--results`) builds the book from it")
+    return 0
+
+
 def _cmd_cohort_generate(args) -> int:
-    from anonpaper.data.export import write_cohort
+    from anonpaper.data.export import ForeignFolderError, write_cohort
     from anonpaper.data.registry import load_cohort
 
     options = _options(args.option)
@@ -91,7 +120,11 @@ def _cmd_cohort_generate(args) -> int:
         if value is not None:
             options[key] = value
     cohort = load_cohort(args.name, **options)
-    write_cohort(cohort, Path(args.out), overwrite=args.overwrite, progress=not args.quiet)
+    try:
+        write_cohort(cohort, Path(args.out), overwrite=args.overwrite, progress=not args.quiet, log=print)
+    except ForeignFolderError as error:
+        raise UsageError(f"{error.folder} is not empty and holds no output of this cohort; pass --overwrite to "
+                         f"write into it (this cohort's files there are replaced, other files are kept)") from None
     return 0
 
 
@@ -153,15 +186,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("book", help="build the Jupyter Book from executed notebooks (strict)")
     runner_options(p)
+    p.add_argument("--results", action="store_true",
+                   help="build from the committed results/PROFILE/ (no rerun) into runs/results-PROFILE/book")
     p.set_defaults(func=_cmd_book)
+
+    p = sub.add_parser("publish", help="copy the last successful runs of a profile to results/PROFILE/ (to commit)")
+    runner_options(p)
+    p.set_defaults(func=_cmd_publish)
 
     cohort = sub.add_parser("cohort", help="cohort tools").add_subparsers(dest="cohort_command", required=True)
     p = cohort.add_parser("generate", help="write a cohort (PNG images, masks, CSV manifest) to a folder")
     p.add_argument("name", help="dataset name, e.g. phantom-retina")
     p.add_argument("--out", required=True, help="output folder (must be empty or absent unless --overwrite)")
-    p.add_argument("--n-patients", type=int, default=None)
-    p.add_argument("--image-size", type=int, default=None)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--n-patients", type=int, default=None,
+                   help="number of patients (phantoms; each patient has one or more images; default: the phantom's)")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="square image side in pixels (phantoms; default: the phantom's)")
+    p.add_argument("--seed", type=int, default=None, help="generator seed (default: the phantom's, 0)")
     p.add_argument("-o", "--option", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="other generator option (value parsed as YAML)")
     p.add_argument("--overwrite", action="store_true", help="allow writing into a non-empty folder")

@@ -119,3 +119,24 @@ def test_cli_generate_and_refuse_overwrite(tmp_path, capsys):
     assert "overwrite" in capsys.readouterr().err
     assert main(other + ["--overwrite"]) == 0
     assert read_written_cohort(out).table["patient_id"].iloc[0].startswith("R5-")
+
+
+@pytest.mark.unit
+def test_complete_folder_is_skipped_and_said_so(tmp_path):
+    from anonpaper.data.export import ForeignFolderError
+
+    cohort = small_retina()
+    messages = []
+    out = write_cohort(cohort, tmp_path / "out", progress=False, log=messages.append)
+    assert messages == [f"{out}: wrote {len(cohort)} images of phantom-retina ({len(cohort)} in all; manifest.csv, "
+                        f"images/, masks/)"]
+    stamps = {path: path.stat().st_mtime_ns for path in out.rglob("*.png")}
+    messages.clear()
+    write_cohort(small_retina(), out, progress=False, log=messages.append)
+    assert messages == [f"{out} already holds this cohort complete ({len(cohort)} images): skipped, nothing written"]
+    assert {path: path.stat().st_mtime_ns for path in out.rglob("*.png")} == stamps
+    other = RetinaPhantomCohort(RetinaPhantomConfig(n_patients=2, image_size=64, seed=10))
+    with pytest.raises(ForeignFolderError, match="pass overwrite=True") as refused:
+        write_cohort(other, out, progress=False)
+    assert refused.value.folder == out and isinstance(refused.value, FileExistsError)
+    assert "--overwrite" not in str(refused.value), "the Python error speaks Python"

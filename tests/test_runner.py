@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -68,16 +69,79 @@ def test_same_seed_gives_identical_metrics(fixture_project):
     assert other_seed["metrics"] != first["metrics"]
 
 
-def test_failure_keeps_partial_notebook_and_traceback(fixture_project, capsys):
+def test_failure_is_written_beside_the_last_success(fixture_project, capsys):
+    runs = fixture_project / "runs" / "smoke"
+    assert cli_main(["--project", str(fixture_project), "run", "fixture_a", "--profile", "smoke"]) == 0
+    success = (runs / "fixture_a.json").read_bytes()
+    success_notebook = (runs / "fixture_a.ipynb").read_bytes()
+    capsys.readouterr()
     code = cli_main(["--project", str(fixture_project), "run", "fixture_a", "--profile", "smoke",
                      "-p", "FAIL", "true"])
     assert code == 1
-    output = capsys.readouterr().out
-    runs = fixture_project / "runs" / "smoke"
-    assert str(runs / "fixture_a.ipynb") in output and "fixture asked to fail" in output
-    record = json.loads((runs / "fixture_a.json").read_text())
+    captured = capsys.readouterr()
+    assert str(runs / "fixture_a.failed.ipynb") in captured.out and "fixture asked to fail" in captured.out
+    assert "last successful run is kept" in captured.out
+    record = json.loads((runs / "fixture_a.failed.json").read_text())
     assert record["status"] == "failed" and "RuntimeError" in record["error"]
-    assert (runs / "fixture_a.ipynb").is_file()
+    assert record["notebook"] == str(runs / "fixture_a.failed.ipynb")
+    executed = json.loads((runs / "fixture_a.failed.ipynb").read_text())
+    assert any(output.get("ename") == "RuntimeError" for cell in executed["cells"] for output in cell.get("outputs", []))
+    # The last success is untouched, so `book` and the skip logic still see it.
+    assert (runs / "fixture_a.json").read_bytes() == success
+    assert (runs / "fixture_a.ipynb").read_bytes() == success_notebook
+    assert not list(runs.glob(".fixture_a.*")), "no hidden leftovers of the failed run"
+    # The kernel is quiet: IPC transport (no unencrypted-TCP warning), no interrupt logged at shutdown.
+    assert "without encryption" not in captured.err and "KeyboardInterrupt" not in captured.err
+    # A later success supersedes the failure's files.
+    assert run_study(load_registry(fixture_project), "fixture_a", "smoke", overrides={"SEED": 3}, log=_quiet,
+                     progress_bar=False).ok
+    assert not (runs / "fixture_a.failed.json").exists() and not (runs / "fixture_a.failed.ipynb").exists()
+
+
+def test_first_run_failing_leaves_no_success_record(fixture_project):
+    outcome = run_study(load_registry(fixture_project), "fixture_a", "smoke", overrides={"FAIL": True},
+                        log=_quiet, progress_bar=False)
+    runs = fixture_project / "runs" / "smoke"
+    assert not outcome.ok and outcome.record_path == runs / "fixture_a.failed.json"
+    assert not (runs / "fixture_a.json").exists() and not (runs / "fixture_a.ipynb").exists()
+
+
+@pytest.mark.parametrize("manager", ["quiet", "plain"])
+def test_kernel_shutdown_sends_no_interrupt(manager):
+    """jupyter_client interrupts a kernel (SIGINT) before shutting it down; ours does not: that interrupt, landing
+    inside a message handler (as after a failed cell), is what ipykernel logs as `KeyboardInterrupt caught in
+    kernel`. The plain manager is the control."""
+    import asyncio
+    import signal as signals
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    from anonpaper.runner.execute import QuietKernelManager
+
+    sent: list[int] = []
+
+    async def session():
+        kernel = (QuietKernelManager if manager == "quiet" else AsyncKernelManager)(kernel_name="python3")
+        original = kernel._async_signal_kernel
+
+        async def recording(signum):
+            sent.append(signum)
+            await original(signum)
+
+        kernel._async_signal_kernel = recording
+        await kernel.start_kernel()
+        client = kernel.client()
+        client.start_channels()
+        await client.wait_for_ready(timeout=60)
+        client.stop_channels()
+        await kernel.shutdown_kernel()
+        return kernel.transport
+
+    transport = asyncio.run(session())
+    if manager == "quiet":
+        assert transport == "ipc" and signals.SIGINT not in sent
+    else:
+        assert transport == "tcp" and signals.SIGINT in sent
 
 
 @pytest.mark.parametrize("arguments, expected", [
@@ -102,7 +166,7 @@ def test_reproduce_resumes_after_kill(fixture_project):
     try:
         deadline = time.time() + 120
         while time.time() < deadline and not (runs / ".fixture_b.notebook-record.json").exists():
-            if (runs / "fixture_a.json").exists() and (runs / "fixture_b.ipynb").exists():
+            if (runs / "fixture_a.json").exists() and (runs / ".fixture_b.running.ipynb").exists():
                 break
             time.sleep(0.2)
         time.sleep(2.0)  # inside fixture_b's sleep
@@ -130,4 +194,130 @@ def test_book_builds_strictly_with_claims_ledger(fixture_project):
     assert (html / "index.html").is_file()
     ledger = (html / "claims_ledger.html").read_text()
     assert "mean-near-one" in ledger and "Fixture B" in ledger
-    assert (html / "chapters" / "fixture_a.html").is_file()
+    chapter = (html / "chapters" / "fixture_a.html").read_text()
+    assert "Built at profile" in chapter and "older package code" not in chapter
+
+
+def _fake_run(folder, name, started, status="ok", package_hash=None, error=None, git="0123456789abcdef"):
+    """Write a hand-made record (and, for a success, a titled notebook) as `anonpaper run` would."""
+    from anonpaper.runtime import package_source_hash
+
+    folder.mkdir(parents=True, exist_ok=True)
+    suffix = "" if status == "ok" else ".failed"
+    record = {"schema": SCHEMA, "study": name, "title": name.title(), "profile": "smoke", "status": status,
+              "parameters": {"SEED": 0}, "overrides": {}, "seed": 0, "metrics": {"m": 1.0},
+              "claims": [{"id": f"{name}-claim", "statement": "s", "paper": 1, "ours": 1, "holds": True,
+                          "note": ""}], "tables": {}, "fingerprint": "f", "started": started, "seconds": 90.0,
+              "notebook": str(folder / f"{name}{suffix}.ipynb"), "error": error,
+              "environment": {"git_sha": git, "device": "cpu", "device_name": "cpu",
+                              "package_source_hash": package_hash or package_source_hash()}}
+    (folder / f"{name}{suffix}.json").write_text(json.dumps(record))
+    notebook = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": [f"# Chapter {name}\n", "\n", "First paragraph.\n"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": 1, "outputs": [], "source": ["1 + 1"]}]}
+    (folder / f"{name}{suffix}.ipynb").write_text(json.dumps(notebook))
+    return record
+
+
+@pytest.fixture
+def fake_jupyter_book(monkeypatch):
+    """Record the jupyter-book command instead of running it (the staging is what these tests check)."""
+    from anonpaper.runner import book
+
+    commands = []
+
+    def fake_run(command, *args, **kwargs):
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(book, "subprocess", SimpleNamespace(run=fake_run))  # only book.py's use of it
+    return commands
+
+
+def _staged_markdown(book_src, name):
+    notebook = json.loads((book_src / "chapters" / f"{name}.ipynb").read_text())
+    return [("".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"])
+            for cell in notebook["cells"] if cell["cell_type"] == "markdown"]
+
+
+def test_book_banner_newer_failure_and_stale_code_notes(fixture_project, fake_jupyter_book):
+    from anonpaper.runner.book import build_book
+
+    runs = fixture_project / "runs" / "smoke"
+    _fake_run(runs, "fixture_a", "2026-11-23T10:00:00+00:00")
+    _fake_run(runs, "fixture_a", "2026-11-23T11:00:00+00:00", status="failed",
+              error="cell 4: ValueError: seed must be a non-negative integer\ntraceback...")
+    _fake_run(runs, "fixture_b", "2026-11-23T10:30:00+00:00", package_hash="00000000older000")
+    _fake_run(runs, "fixture_b", "2026-11-23T09:00:00+00:00", status="failed", error="old failure")
+    messages = []
+    assert build_book(load_registry(fixture_project), "smoke", log=messages.append) == 0
+    staged = runs / "book_src"
+    first = _staged_markdown(staged, "fixture_a")
+    assert first[0] == "# Chapter fixture_a\n"
+    assert first[1].startswith("*Built at profile `smoke` from commit `0123456` on device `cpu` in 1.5 min")
+    assert "newer run of this chapter" in first[1] and "ValueError: seed must be" in first[1]
+    assert "older package code" not in first[1] and first[2] == "First paragraph.\n"
+    second = _staged_markdown(staged, "fixture_b")
+    assert "older package code" in second[1] and "00000000older000" in second[1]
+    assert "failed" not in second[1], "a failure older than the success is not news"
+    warnings = [message for message in messages if message.startswith("WARNING")]
+    assert len(warnings) == 1 and "fixture_a" in warnings[0] and "fixture_a.failed.json" in warnings[0]
+    assert fake_jupyter_book[0][fake_jupyter_book[0].index("--path-output") + 1] == str(runs / "book")
+
+
+def test_book_refuses_when_only_a_failed_run_exists(fixture_project, fake_jupyter_book):
+    from anonpaper.runner.book import build_book
+
+    runs = fixture_project / "runs" / "smoke"
+    _fake_run(runs, "fixture_a", "2026-11-23T10:00:00+00:00")
+    _fake_run(runs, "fixture_b", "2026-11-23T10:00:00+00:00", status="failed", error="boom")
+    with pytest.raises(ValueError, match=r"no successful run .*fixture_b"):
+        build_book(load_registry(fixture_project), "smoke", log=_quiet)
+    assert not fake_jupyter_book
+
+
+def test_publish_then_read_the_results_book(fixture_project, fake_jupyter_book):
+    from anonpaper.runner.book import build_results_book, publish_results
+    from anonpaper.runtime import git_sha
+
+    registry = load_registry(fixture_project)
+    runs = fixture_project / "runs" / "smoke"
+    _fake_run(runs, "fixture_a", "2026-11-23T10:00:00+00:00")
+    with pytest.raises(ValueError, match=r"fixture_b.*nothing was published"):
+        publish_results(registry, "smoke", log=_quiet)
+    assert not (fixture_project / "results").exists()
+    _fake_run(runs, "fixture_b", "2026-11-23T10:30:00+00:00", git="0123456789abcdef-dirty")
+    messages = []
+    target = publish_results(registry, "smoke", log=messages.append)
+    assert target == fixture_project / "results" / "smoke"
+    assert sorted(path.name for path in target.iterdir()) == ["fixture_a.ipynb", "fixture_a.json",
+                                                             "fixture_b.ipynb", "fixture_b.json"]
+    published = read_record(target / "fixture_a.json")
+    assert published["notebook"] == "fixture_a.ipynb" and published["published"]["commit"] == git_sha()
+    assert published["environment"]["git_sha"] == "0123456789abcdef"
+    assert (target / "fixture_a.ipynb").read_bytes() == (runs / "fixture_a.ipynb").read_bytes()
+    assert any("fixture_b ran from uncommitted code" in message for message in messages)
+    # The committed results build a book without any run folder, into runs/results-smoke.
+    import shutil
+
+    shutil.rmtree(runs)
+    assert build_results_book(registry, "smoke", log=_quiet) == 0
+    book_src = fixture_project / "runs" / "results-smoke" / "book_src"
+    assert "Built at profile `smoke`" in _staged_markdown(book_src, "fixture_b")[1]
+    assert "`results/smoke/*.json`" in (book_src / "claims_ledger.md").read_text()
+    command = fake_jupyter_book[-1]
+    assert command[command.index("--path-output") + 1] == str(fixture_project / "runs" / "results-smoke" / "book")
+
+
+def test_results_from_older_code_are_marked(fixture_project, fake_jupyter_book):
+    from anonpaper.runner.book import build_results_book
+
+    results = fixture_project / "results" / "smoke"
+    _fake_run(results, "fixture_a", "2026-11-23T10:00:00+00:00", package_hash="feedfeedfeedfeed")
+    _fake_run(results, "fixture_b", "2026-11-23T10:00:00+00:00")
+    messages = []
+    assert build_results_book(load_registry(fixture_project), "smoke", log=messages.append) == 0
+    book_src = fixture_project / "runs" / "results-smoke" / "book_src"
+    assert "older package code" in _staged_markdown(book_src, "fixture_a")[1]
+    assert "older package code" not in _staged_markdown(book_src, "fixture_b")[1]
+    assert any("fixture_a's results come from older package code" in message for message in messages)

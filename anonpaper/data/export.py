@@ -9,8 +9,9 @@ Layout of a written folder::
     keypoints/<image_id>.json   only for cohorts with a ``keypoints(index)`` method
 
 Writing streams one row at a time (memory stays flat), every file is written atomically, and a row counts as done
-when all its files exist, so an interrupted write resumes where it stopped. A non-empty folder that is not this
-cohort's own partial output is refused unless ``overwrite=True``.
+when all its files exist, so an interrupted write resumes where it stopped, and writing a cohort into a folder
+that already holds it complete does nothing (and says so through ``log``). A non-empty folder that is not this
+cohort's own output is refused (:class:`ForeignFolderError`) unless ``overwrite=True``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Callable
 
 import cv2
 import numpy as np
@@ -32,6 +34,19 @@ MARKER = "cohort.json"
 MANIFEST = "manifest.csv"
 OWN_ENTRIES = (MARKER, MANIFEST, "images", "masks", "keypoints")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+class ForeignFolderError(FileExistsError):
+    """The output folder is not empty and holds no output of this cohort (pass ``overwrite=True``).
+
+    Attributes:
+        folder: The refused folder.
+    """
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        super().__init__(f"{folder} is not empty and holds no partial output of this cohort; pass overwrite=True to "
+                         f"write into it (this cohort's files and folders there are replaced, other files are kept)")
 
 
 def _table_hash(cohort: Cohort) -> str:
@@ -57,7 +72,8 @@ def _row_paths(image_id: str, mask_names: tuple[str, ...], with_keypoints: bool)
     return paths
 
 
-def write_cohort(cohort: Cohort, out_dir: str | Path, overwrite: bool = False, progress: bool = True) -> Path:
+def write_cohort(cohort: Cohort, out_dir: str | Path, overwrite: bool = False, progress: bool = True,
+                 log: Callable[[str], None] | None = None) -> Path:
     """Write a cohort's images, masks (and keypoints) and a manifest to ``out_dir``.
 
     Args:
@@ -66,12 +82,15 @@ def write_cohort(cohort: Cohort, out_dir: str | Path, overwrite: bool = False, p
         overwrite: Allow writing into a non-empty folder that is not this cohort's partial output (this
             cohort's own files and folders there are replaced; other files are left alone).
         progress: Show a tqdm progress bar.
+        log: Called with one line when there is nothing to write (the folder already holds this cohort
+            complete) or when an interrupted write is resumed; None says nothing.
 
     Returns:
         The folder.
 
     Raises:
-        FileExistsError: If ``out_dir`` is non-empty, is not this cohort's partial output, and overwrite is False.
+        ForeignFolderError: (a FileExistsError) If ``out_dir`` is non-empty, is not this cohort's output, and
+            overwrite is False.
         ValueError: If an image_id cannot be a file name, or an image or mask has a wrong shape or dtype.
     """
     out_dir = Path(out_dir)
@@ -82,19 +101,20 @@ def write_cohort(cohort: Cohort, out_dir: str | Path, overwrite: bool = False, p
         raise ValueError(f"image_id values must be file-name safe ([A-Za-z0-9._-]), e.g. {bad_ids[:3]}")
     table_hash = _table_hash(cohort)
     marker_path = out_dir / MARKER
-    resuming = False
+    resuming = was_complete = False
     if out_dir.exists() and any(out_dir.iterdir()):
         own = False
         if marker_path.exists():
             try:
-                own = json.loads(marker_path.read_text()).get("table_hash") == table_hash
+                existing = json.loads(marker_path.read_text())
+                own = existing.get("table_hash") == table_hash
+                was_complete = own and bool(existing.get("complete"))
             except (json.JSONDecodeError, OSError):
                 own = False
         if own:
             resuming = True
         elif not overwrite:
-            raise FileExistsError(f"{out_dir} is not empty and holds no partial output of this cohort; pass "
-                                  f"overwrite=True (CLI: --overwrite) to write into it")
+            raise ForeignFolderError(out_dir)
         else:
             for entry in OWN_ENTRIES:
                 path = out_dir / entry
@@ -115,15 +135,21 @@ def write_cohort(cohort: Cohort, out_dir: str | Path, overwrite: bool = False, p
         atomic_write_bytes(marker_path, json.dumps(meta, indent=2).encode())
     atomic_write_bytes(out_dir / MANIFEST, manifest.to_csv(index=False).encode())
 
-    rows = range(len(cohort))
+    missing_rows = [index for index, paths in enumerate(path_columns)
+                    if not all((out_dir / path).exists() for path in paths.values())]
+    if was_complete and not missing_rows:
+        if log is not None:
+            log(f"{out_dir} already holds this cohort complete ({len(cohort)} images): skipped, nothing written")
+        return out_dir
+    if resuming and log is not None:
+        log(f"{out_dir} holds part of this cohort: writing the {len(missing_rows)} missing of {len(cohort)} images")
+    rows = missing_rows
     if progress:
         from tqdm.auto import tqdm
 
         rows = tqdm(rows, desc=f"writing {cohort.name}", leave=False)
-    for index in rows:
+    for index in rows:  # rows written completely by an earlier run are not in the list (files appear atomically)
         paths = path_columns[index]
-        if all((out_dir / path).exists() for path in paths.values()):
-            continue  # written completely by an earlier run (each file appears atomically)
         image_id = str(cohort.table["image_id"].iloc[index])
         image = cohort.image(index)
         expected = 3 if cohort.channels == 3 else 2
@@ -148,6 +174,9 @@ def write_cohort(cohort: Cohort, out_dir: str | Path, overwrite: bool = False, p
         atomic_write_bytes(out_dir / paths["image_path"], _encode_png(image, f"image {image_id}"))
     meta["complete"] = True
     atomic_write_bytes(marker_path, json.dumps(meta, indent=2).encode())
+    if log is not None:
+        log(f"{out_dir}: wrote {len(missing_rows)} images of {cohort.name} ({len(cohort)} in all; manifest.csv, "
+            f"images/{', masks/' if mask_names else ''})")
     return out_dir
 
 

@@ -38,7 +38,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Mapping, TypeVar
 
-HELP = "anonpaper.help"
+# The field metadata key of a parameter's help text (the runner reads it for `anonpaper list -v`).
+HELP = "help"
 ConfigT = TypeVar("ConfigT", bound="ChapterConfig")
 
 

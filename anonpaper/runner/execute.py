@@ -2,7 +2,16 @@
 
 A run is skipped when its record says "ok" and its fingerprint (notebook bytes, injected parameters, package
 source hash) is unchanged, so ``reproduce`` resumes after an interruption without redoing finished notebooks.
-A failed notebook leaves its partially executed copy, a record with ``status: failed`` and the traceback.
+
+Parameters are checked (names, types, obvious ranges; see :meth:`Study.check_parameters`) before a kernel starts.
+A notebook executes into a hidden ``.NAME.running.ipynb``; a success becomes ``NAME.ipynb`` + ``NAME.json`` (and
+removes an older failure's files), a failure becomes ``NAME.failed.ipynb`` (partially executed) +
+``NAME.failed.json`` (``status: failed`` and the traceback) beside them, so the last successful run survives
+and the book keeps using it.
+
+Kernels run over IPC sockets (no TCP port, so ipykernel has nothing unencrypted to warn about), and are shut
+down without the interrupt jupyter_client sends first, which a kernel still inside a message handler (as after a
+failed cell) logs as ``KeyboardInterrupt caught in kernel``.
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
+
+from jupyter_client.manager import AsyncKernelManager
 
 from anonpaper.cache import atomic_write_bytes
 from anonpaper.runner.record import RECORD_PATH_VARIABLE, SCHEMA, read_record
@@ -38,6 +49,53 @@ class RunOutcome:
     error: str | None = None
 
 
+def _ipc_paths_fit() -> bool:
+    """Whether the kernel's IPC socket files (``<runtime dir>/kernel-<uuid>-ipc-<n>``) fit the 107-byte limit of a
+    Unix socket path; a very long ``$JUPYTER_RUNTIME_DIR`` falls back to TCP."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return len(os.path.join(jupyter_runtime_dir(), f"kernel-{'0' * 36}-ipc-99").encode()) <= 107
+
+
+class QuietKernelManager(AsyncKernelManager):
+    """The kernel manager of our runs: IPC transport, and no interrupt before a shutdown.
+
+    jupyter_client's shutdown interrupts the kernel (SIGINT) before asking it to exit; the kernel we shut down
+    has finished (or failed) its last cell, so the interrupt only matters when it lands inside a message handler,
+    where ipykernel logs it as an error. IPC sockets keep the kernel's traffic off TCP ports (ipykernel warns
+    about unencrypted TCP); TCP remains the fallback where the socket paths would be too long.
+    """
+
+    def __init__(self, **kwargs: Any):
+        kwargs.setdefault("transport", "ipc" if _ipc_paths_fit() else "tcp")
+        super().__init__(**kwargs)
+
+    async def _async_interrupt_kernel(self) -> None:
+        if self.shutting_down:
+            return
+        await super()._async_interrupt_kernel()
+
+    interrupt_kernel = _async_interrupt_kernel
+
+
+def run_paths(output_dir: Path, name: str) -> dict[str, Path]:
+    """Where one study's files live in ``runs/<profile>/``.
+
+    Keys: ``notebook``/``record`` (the last success), ``failed_notebook``/``failed_record`` (the last failure,
+    when newer than the last success), ``running`` (the notebook being executed) and ``notebook_record`` (what the
+    notebook's ``Results.save()`` writes).
+
+    Example:
+        >>> sorted(path.name for path in run_paths(Path("runs/smoke"), "00_cohorts").values())
+        ['.00_cohorts.notebook-record.json', '.00_cohorts.running.ipynb', '00_cohorts.failed.ipynb', \
+'00_cohorts.failed.json', '00_cohorts.ipynb', '00_cohorts.json']
+    """
+    return {"notebook": output_dir / f"{name}.ipynb", "record": output_dir / f"{name}.json",
+            "failed_notebook": output_dir / f"{name}.failed.ipynb", "failed_record": output_dir / f"{name}.failed.json",
+            "running": output_dir / f".{name}.running.ipynb",
+            "notebook_record": output_dir / f".{name}.notebook-record.json"}
+
+
 def fingerprint(study: Study, injected: dict[str, Any]) -> str:
     """Hash of what determines a run's outcome: the notebook, the injected parameters and the package code."""
     notebook_hash = hashlib.sha256(study.notebook.read_bytes()).hexdigest()
@@ -46,28 +104,16 @@ def fingerprint(study: Study, injected: dict[str, Any]) -> str:
 
 def resolve_parameters(study: Study, profile: str, overrides: dict[str, Any] | None = None
                        ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Return (injected, effective) parameters; ValueError names unknown parameters and lists the valid ones."""
-    defaults = study.notebook_parameters()
-    injected = {**study.parameters(profile), **(overrides or {})}
-    unknown = sorted(set(injected) - set(defaults))
-    if unknown:
-        raise ValueError(f"notebook {study.name!r} has no parameter(s) {unknown}; valid parameters: "
-                         f"{', '.join(sorted(defaults))}")
-    effective = {name: _literal(value) for name, value in defaults.items()}
+    """Return (injected, effective) parameters.
+
+    Raises:
+        ValueError: An unknown parameter (the valid ones are listed) or a value of the wrong type or range (the
+            parameter, the expected type and the value are named); see :meth:`Study.check_parameters`.
+    """
+    injected = study.check_parameters({**study.parameters(profile), **(overrides or {})})
+    effective = dict(study.notebook_parameters())
     effective.update(injected)
     return injected, effective
-
-
-def _literal(text: Any) -> Any:
-    """papermill reports defaults as source text; turn simple literals into values for the record."""
-    import ast
-
-    if not isinstance(text, str):
-        return text
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
 
 
 @contextmanager
@@ -115,15 +161,14 @@ def run_study(registry: Registry, name: str, profile: str, overrides: dict[str, 
     injected, effective = resolve_parameters(study, profile, overrides)
     output_dir = registry.runs_dir(profile, runs_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    notebook_path = output_dir / f"{study.name}.ipynb"
-    record_path = output_dir / f"{study.name}.json"
-    notebook_record_path = output_dir / f".{study.name}.notebook-record.json"
+    paths = run_paths(output_dir, study.name)
+    notebook_path, record_path = paths["notebook"], paths["record"]
     expected = fingerprint(study, injected)
     if not force and record_is_current(record_path, expected):
         log(f"{study.name} [{profile}]: unchanged since the last successful run, skipped ({record_path})")
         return RunOutcome(study.name, profile, True, True, notebook_path, record_path)
 
-    for stale in (record_path, notebook_record_path):
+    for stale in (paths["running"], paths["notebook_record"]):
         stale.unlink(missing_ok=True)
     started = datetime.now(timezone.utc)
     clock = time.perf_counter()
@@ -133,7 +178,7 @@ def run_study(registry: Registry, name: str, profile: str, overrides: dict[str, 
         "fingerprint": expected, "started": started.isoformat(timespec="seconds"),
         "notebook": str(notebook_path),
     }
-    variables = {RECORD_PATH_VARIABLE: str(notebook_record_path), "ANONPAPER_PROFILE": profile,
+    variables = {RECORD_PATH_VARIABLE: str(paths["notebook_record"]), "ANONPAPER_PROFILE": profile,
                  "ANONPAPER_STUDY": study.name, "PYTHONHASHSEED": "0",
                  # Figures must reach the executed notebook as image outputs, whatever the caller's backend.
                  "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
@@ -141,27 +186,32 @@ def run_study(registry: Registry, name: str, profile: str, overrides: dict[str, 
     error_text = None
     try:
         with _environment(variables):
-            papermill.execute_notebook(str(study.notebook), str(notebook_path), parameters=injected,
+            papermill.execute_notebook(str(study.notebook), str(paths["running"]), parameters=injected,
                                        cwd=str(output_dir), kernel_name="python3", progress_bar=progress_bar,
-                                       request_save_on_cell_execute=True)
+                                       request_save_on_cell_execute=True, kernel_manager_class=QuietKernelManager)
     except PapermillExecutionError as error:
         error_text = f"cell {error.exec_count}: {error.ename}: {error.evalue}\n" + "\n".join(error.traceback)
     except Exception as error:  # kernel death, bad notebook JSON...
         error_text = "".join(traceback.format_exception(error))
     seconds = time.perf_counter() - clock
 
-    if error_text is None and not notebook_record_path.is_file():
+    if error_text is None and not paths["notebook_record"].is_file():
         error_text = (f"the notebook finished but wrote no results record: it must call Results(...).save() "
-                      f"(expected {notebook_record_path})")
+                      f"(expected {paths['notebook_record']})")
     if error_text is not None:
-        _write_json(record_path, {**base_record, "status": "failed", "seconds": round(seconds, 2),
-                                  "error": _strip_ansi(error_text), "environment": environment_info(),
-                                  "metrics": {}, "claims": [], "tables": {}})
-        log(f"{study.name} [{profile}]: FAILED after {seconds:.1f} s. Partially executed notebook: {notebook_path}\n"
-            f"{_strip_ansi(error_text)}")
-        return RunOutcome(study.name, profile, False, False, notebook_path, record_path, seconds, error_text)
+        failed_notebook, failed_record = paths["failed_notebook"], paths["failed_record"]
+        if paths["running"].is_file():
+            os.replace(paths["running"], failed_notebook)
+        paths["notebook_record"].unlink(missing_ok=True)
+        _write_json(failed_record, {**base_record, "notebook": str(failed_notebook), "status": "failed",
+                                    "seconds": round(seconds, 2), "error": _strip_ansi(error_text),
+                                    "environment": environment_info(), "metrics": {}, "claims": [], "tables": {}})
+        kept = (f" The last successful run is kept: {notebook_path}" if record_path.is_file() else "")
+        log(f"{study.name} [{profile}]: FAILED after {seconds:.1f} s. Partially executed notebook: "
+            f"{failed_notebook}; record {failed_record}.{kept}\n{_strip_ansi(error_text)}")
+        return RunOutcome(study.name, profile, False, False, failed_notebook, failed_record, seconds, error_text)
 
-    notebook_record = read_record(notebook_record_path)
+    notebook_record = read_record(paths["notebook_record"])
     record = {**base_record,
               "status": "ok",
               "seconds": round(seconds, 2),
@@ -170,8 +220,10 @@ def run_study(registry: Registry, name: str, profile: str, overrides: dict[str, 
               "tables": notebook_record.get("tables", {}),
               "environment": notebook_record.get("environment", {}),
               "error": None}
+    os.replace(paths["running"], notebook_path)
     _write_json(record_path, record)
-    notebook_record_path.unlink(missing_ok=True)
+    for superseded in (paths["notebook_record"], paths["failed_notebook"], paths["failed_record"]):
+        superseded.unlink(missing_ok=True)
     log(f"{study.name} [{profile}]: done in {seconds:.1f} s; record {record_path}")
     return RunOutcome(study.name, profile, True, False, notebook_path, record_path, seconds)
 
