@@ -300,13 +300,7 @@ def book_pages(html_dir: Path) -> list[Path]:
 PAGES = book_pages(HTML) if (HTML / "index.html").is_file() else []
 # Problems found by this test in pages whose source the book side does not own, until they are fixed there:
 # {page: {problem: why}}. Only these exact problems are tolerated (as xfail); anything else on the page fails.
-KNOWN_PROBLEMS = {
-    "chapters/00_cohorts.html": {
-        "visible Python repr or traceback: 'Claim('":
-            "notebooks/00_cohorts.ipynb: two cells end with `results.claim(...)`, so the page shows the Claim's "
-            "repr; end them with `;`",
-    },
-}
+KNOWN_PROBLEMS: dict[str, dict[str, str]] = {}
 
 
 @pytest.fixture(scope="module")
