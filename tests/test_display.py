@@ -102,3 +102,9 @@ def test_label_glues_the_table_without_displaying_it_twice(monkeypatch):
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.append((name, value, display)))
     table = show_table(pd.DataFrame({"a": [1.0]}), label="tbl-01_snow_vs_snow-attacker")
     assert glued == [("tbl-01_snow_vs_snow-attacker", table, False)]
+
+
+def test_dicts_and_lists_read_as_text_not_python_reprs():
+    frame = pd.DataFrame({"claim": ["a"], "ours": [{"BRSET": [82.6, 78.1], "n": 3}]})
+    text = show_table(frame).frame.iloc[0, 1]
+    assert text == "BRSET: 82.6, 78.1; n: 3" and "{" not in text

@@ -321,3 +321,21 @@ def test_results_from_older_code_are_marked(fixture_project, fake_jupyter_book):
     assert "older package code" in _staged_markdown(book_src, "fixture_a")[1]
     assert "older package code" not in _staged_markdown(book_src, "fixture_b")[1]
     assert any("fixture_a's results come from older package code" in message for message in messages)
+
+
+def test_claims_ledger_summarises_first_and_separates_paper_claims_from_phantom_checks():
+    from anonpaper.runner.book import claims_ledger_markdown
+
+    def claim(id, kind, verdict, by_design=""):
+        return {"id": id, "statement": id, "paper": 1, "ours": {"a": 0.5}, "verdict": verdict, "reason": "r",
+                "kind": kind, "by_design": by_design, "holds": {"holds": True, "does not hold": False}.get(verdict)}
+
+    records = [{"study": "00_x", "title": "X", "claims": [claim("c1", "phantom-check", "holds")]},
+               {"study": "01_y", "title": "Y", "claims": [claim("p1", "paper", "does not hold"),
+                                                         claim("p2", "paper", "undecided", by_design="built in")]}]
+    text = claims_ledger_markdown(records, "smoke")
+    assert text.index("## Summary") < text.index("## X") < text.index("## Y")
+    assert "| Y | 2: 0 hold, 1 do not, 1 undecided | 0: 0 hold, 0 do not, 0 undecided |" in text
+    assert "**Checks of the phantom cohorts**" in text.split("## Y")[0]
+    assert "undecided (by design)" in text and "By design: built in" in text
+    assert "ours" in text and "a: 0.5" in text

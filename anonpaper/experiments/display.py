@@ -24,7 +24,7 @@ _LABEL = re.compile(r"^tbl-[a-z0-9][a-z0-9_-]*$")
 _STYLE = (".anonpaper-table{overflow-x:auto;max-width:100%;margin-bottom:1em}"
           ".anonpaper-table table{border-collapse:collapse;font-size:0.9em}"
           ".anonpaper-table th,.anonpaper-table td{padding:0.25em 0.6em;border-bottom:1px solid #ddd;"
-          "vertical-align:top;white-space:normal;overflow-wrap:anywhere;max-width:28em;text-align:left}"
+          "vertical-align:top;white-space:normal;overflow-wrap:break-word;max-width:28em;text-align:left}"
           ".anonpaper-table td.number{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}"
           ".anonpaper-table caption{caption-side:top;text-align:left;font-weight:600;padding-bottom:0.3em}")
 
@@ -70,6 +70,15 @@ def _format_number(value: Any, decimals: int | None, percent: bool) -> str:
     if number != 0 and abs(number) < 0.5 * 10 ** (-decimals):
         return f"{number:.{max(decimals, 1)}e}"  # would print as 0.000: keep its magnitude
     return f"{number:,.{decimals}f}"
+
+
+def _format_object(value: Any) -> str:
+    """A non-numeric cell as a reader would write it: ``key: value; ...`` for a dict, ``a, b`` for a list."""
+    if isinstance(value, dict):
+        return "; ".join(f"{key}: {_format_object(item)}" for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_format_object(item) for item in value)
+    return str(value)
 
 
 def _is_missing(value: Any) -> bool:
@@ -164,10 +173,8 @@ def show_table(frame: pd.DataFrame, digits: int | Mapping[str, int] = 3, units: 
                 cells.append(not_available)
             elif numeric:
                 cells.append(_format_number(value, decimals, percent))
-            elif isinstance(value, (list, tuple)):
-                cells.append(", ".join(str(item) for item in value))
             else:
-                cells.append(str(value))
+                cells.append(_format_object(value))
         header = f"{column} ({unit})" if unit else column
         headers.append(header)
         formatted[header] = cells

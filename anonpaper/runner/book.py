@@ -159,35 +159,64 @@ def annotate_chapter(notebook: dict[str, Any], lines: list[str]) -> dict[str, An
     return {**notebook, "cells": [inserted, *cells]}
 
 
+def _verdict(claim: dict[str, Any]) -> str:
+    """A record's claim verdict (records before the verdict field carry only ``holds``)."""
+    return claim.get("verdict") or {True: "holds", False: "does not hold", None: "undecided"}[claim.get("holds")]
+
+
+def _claims_table(claims: list[dict[str, Any]]) -> list[str]:
+    lines = ["| claim | statement | paper | ours | verdict | why |", "|---|---|---|---|---|---|"]
+    for claim in claims:
+        verdict = _verdict(claim)
+        shown = {"holds": "holds", "does not hold": "**does not hold**", "undecided": "undecided"}[verdict]
+        if claim.get("by_design"):
+            shown += " (by design)"
+        why = claim.get("reason", claim.get("note", ""))
+        if claim.get("by_design"):
+            why = f"{why} *By design: {claim['by_design']}.*"
+        lines.append(f"| `{claim['id']}` | {_cell(claim['statement'])} | {_cell(claim.get('paper'))} | "
+                     f"{_cell(claim.get('ours'))} | {shown} | {_cell(why)} |")
+    return lines + [""]
+
+
 def claims_ledger_markdown(records: list[dict[str, Any]], profile: str, source: str | None = None) -> str:
-    """The claims ledger page: every claim of every study's record, with the paper's value and ours."""
-    lines = ["(claims-ledger)=", "# Claims ledger", "",
-             f"Every claim the chapters test, as recorded in `{source or f'runs/{profile}'}/*.json` by the runs "
-             f"this book shows "
-             f"(profile `{profile}`). *Holds* is computed by the notebook from the measured numbers; a claim that "
-             "does not reproduce on our data says so here and in its chapter.", ""]
-    total = holds = fails = 0
+    """The claims ledger page: a study-wide summary, then every study's paper claims and phantom checks.
+
+    Verdicts are the chapters' own (holds / does not hold / undecided, with the reason); a paper claim that the
+    phantom's construction settles is marked *by design*.
+    """
+    def counts(claims: list[dict[str, Any]]) -> str:
+        verdicts = [_verdict(claim) for claim in claims]
+        return (f"{verdicts.count('holds')} hold, {verdicts.count('does not hold')} do not, "
+                f"{verdicts.count('undecided')} undecided")
+
+    summary = ["| study | paper claims | phantom checks |", "|---|---|---|"]
+    sections: list[str] = []
     for record in records:
         claims = record.get("claims") or []
+        paper = [claim for claim in claims if claim.get("kind", "paper") == "paper"]
+        checks = [claim for claim in claims if claim.get("kind") == "phantom-check"]
+        summary.append(f"| {record.get('title', record['study'])} | {len(paper)}: {counts(paper)} | "
+                       f"{len(checks)}: {counts(checks)} |")
         environment = record.get("environment") or {}
-        lines += [f"## {record.get('title', record['study'])}", "",
-                  f"Study `{record['study']}`, seed {record.get('seed')}, {record.get('seconds')} s on "
-                  f"{environment.get('device', '?')}, package {environment.get('package_source_hash', '?')} "
-                  f"(git {environment.get('git_sha') or 'unknown'}).", ""]
+        sections += [f"## {record.get('title', record['study'])}", "",
+                     f"Study `{record['study']}`, seed {record.get('seed')}, {record.get('seconds')} s on "
+                     f"{environment.get('device', '?')}, package {environment.get('package_source_hash', '?')} "
+                     f"(git {_short_commit(environment.get('git_sha'))}).", ""]
         if not claims:
-            lines += ["No claims recorded by this study.", ""]
-            continue
-        lines += ["| claim | statement | paper | ours | holds | note |", "|---|---|---|---|---|---|"]
-        for claim in claims:
-            total += 1
-            verdict = {True: "yes", False: "**no**", None: "not tested"}[claim.get("holds")]
-            holds += claim.get("holds") is True
-            fails += claim.get("holds") is False
-            lines.append(f"| `{claim['id']}` | {_cell(claim['statement'])} | {_cell(claim.get('paper'))} | "
-                         f"{_cell(claim.get('ours'))} | {verdict} | {_cell(claim.get('note', ''))} |")
-        lines.append("")
-    lines[6:6] = [f"Summary: {total} claims, {holds} hold, {fails} do not, {total - holds - fails} not tested.", ""]
-    return "\n".join(lines) + "\n"
+            sections += ["No claims recorded by this study.", ""]
+        if paper:
+            sections += ["**The paper's claims**", ""] + _claims_table(paper)
+        if checks:
+            sections += ["**Checks of the phantom cohorts** (design targets, not the paper's findings)", ""]
+            sections += _claims_table(checks)
+    lines = ["(claims-ledger)=", "# Claims ledger", "",
+             f"Every claim the chapters test, as recorded in `{source or f'runs/{profile}'}/*.json` by the runs "
+             f"this book shows (profile `{profile}`). Each verdict is computed by the chapter from its measured "
+             "numbers: *holds*, *does not hold*, or *undecided* with the reason (too few test images, a difference "
+             "within its noise, or an instrument that failed its own check). A claim that does not reproduce on "
+             "our data says so here and in its chapter.", "", "## Summary", ""]
+    return "\n".join(lines + summary + [""] + sections) + "\n"
 
 
 def _read_optional(path: Path) -> dict[str, Any] | None:
