@@ -3,7 +3,8 @@
 These are phantom checks (``kind="phantom-check"``): each states a design target the phantom was built to meet
 (identity recoverable, labels learnable, sex carried mostly by the vessels), with the paper's number beside it
 where a paper motivates the target. They are undecided when the test set is smaller than
-``Config.min_test_images``. One function per section of the chapter, so each section records its checks where
+``Config.min_test_images``. Accuracies and F1 scores are in percent (as the papers report them), AUROCs in
+[0, 1]. One function per section of the chapter, so each section records its checks where
 the reader meets the numbers.
 """
 
@@ -14,6 +15,11 @@ from anonpaper.experiments.cohorts.checks import LearnabilityResult
 from anonpaper.experiments.cohorts.config import Config
 
 CHECK = "phantom-check"
+
+
+def _percent(fraction: float) -> float:
+    """Accuracies and F1 scores are reported in percent, as in the papers' tables (AUROCs stay in [0, 1])."""
+    return round(100 * float(fraction), 2)
 
 
 def retina_claims(matching: dict, sex_raw: LearnabilityResult, sex_no_vessels: LearnabilityResult,
@@ -31,23 +37,23 @@ def retina_claims(matching: dict, sex_raw: LearnabilityResult, sex_no_vessels: L
                       "match count, shown for comparison)", n=pairs, min_n=config.min_test_images, kind=CHECK),
         decide("retina-sex-predictable",
                "A CNN trained from scratch predicts sex from the phantom's fundus images with accuracy in the "
-               "phantom's design band 0.70-0.90",
-               paper="design band 0.70-0.90 (paper 2's ImageNet-pretrained attackers reach 0.75-0.83 on real data)",
-               ours=round(sex_raw.accuracy, 4), holds=0.70 <= sex_raw.accuracy <= 0.90,
-               reason=f"accuracy {sex_raw.accuracy:.3f} (chance {sex_raw.chance:.3f})", n=sex_raw.n_test,
+               "phantom's design band 70-90 %",
+               paper="design band 70-90 % (paper 2's ImageNet-pretrained attackers reach 75-83 % on real data)",
+               ours=_percent(sex_raw.accuracy), holds=0.70 <= sex_raw.accuracy <= 0.90,
+               reason=f"accuracy {100 * sex_raw.accuracy:.1f} % (chance {100 * sex_raw.chance:.1f} %)", n=sex_raw.n_test,
                min_n=config.min_test_images, kind=CHECK),
         decide("retina-sex-mostly-vascular",
                "Removing the vessels lowers sex-prediction accuracy (by >= 3 points) but leaves it above chance",
                paper="paper 2: vessel-only obfuscation reduces, does not erase, the signal",
-               ours={"raw": round(sex_raw.accuracy, 4), "vessels removed": round(sex_no_vessels.accuracy, 4),
-                     "chance": round(sex_no_vessels.chance, 4)},
+               ours={"raw": _percent(sex_raw.accuracy), "vessels removed": _percent(sex_no_vessels.accuracy),
+                     "chance": _percent(sex_no_vessels.chance)},
                holds=drop >= 0.03 and sex_no_vessels.accuracy > sex_no_vessels.chance,
                reason=f"accuracy falls {100 * drop:.1f} points with the vessels inpainted", n=sex_raw.n_test,
                min_n=config.min_test_images, kind=CHECK,
                by_design="the phantom puts most of its sex signal in vessel traits"),
-        decide("retina-dr-learnable", "A CNN grades healthy / NPDR / PDR with macro-F1 >= 0.7",
-               paper=">= 0.7 (design target)", ours=round(dr.macro_f1, 4), holds=dr.macro_f1 >= 0.7,
-               reason=f"macro-F1 {dr.macro_f1:.3f}", n=dr.n_test, min_n=config.min_test_images, kind=CHECK),
+        decide("retina-dr-learnable", "A CNN grades healthy / NPDR / PDR with macro-F1 >= 70 %",
+               paper=">= 70 % (design target)", ours=_percent(dr.macro_f1), holds=dr.macro_f1 >= 0.7,
+               reason=f"macro-F1 {100 * dr.macro_f1:.1f} %", n=dr.n_test, min_n=config.min_test_images, kind=CHECK),
     ]
 
 
@@ -72,17 +78,17 @@ def cxr_claims(verification: dict, findings: list[tuple[str, LearnabilityResult]
 def iris_claims(identity: LearnabilityResult, disease: LearnabilityResult, config: Config) -> list[Claim]:
     """Known subjects recognisable; disease learnable but harder than identity."""
     return [
-        decide("iris-identity-recognisable", "Known subjects are recognised in new iris images (accuracy >= 0.95)",
-               paper="paper 5: near-perfect identity recognition on Warsaw iris; design target >= 0.95",
-               ours=round(identity.accuracy, 4), holds=identity.accuracy >= 0.95,
-               reason=f"accuracy {identity.accuracy:.3f} over {identity.n_test} test images", n=identity.n_test,
+        decide("iris-identity-recognisable", "Known subjects are recognised in new iris images (accuracy >= 95 %)",
+               paper="paper 5: near-perfect identity recognition on Warsaw iris; design target >= 95 %",
+               ours=_percent(identity.accuracy), holds=identity.accuracy >= 0.95,
+               reason=f"accuracy {100 * identity.accuracy:.1f} % over {identity.n_test} test images", n=identity.n_test,
                min_n=config.min_test_images, kind=CHECK),
         decide("iris-disease-harder", "Disease is learnable but harder than identity",
                paper="paper 5: disease accuracy below identity accuracy",
-               ours={"identity accuracy": round(identity.accuracy, 4),
-                     "disease balanced accuracy": round(disease.balanced_accuracy, 4)},
+               ours={"identity accuracy": _percent(identity.accuracy),
+                     "disease balanced accuracy": _percent(disease.balanced_accuracy)},
                holds=0.5 < disease.balanced_accuracy < identity.accuracy,
-               reason=f"disease balanced accuracy {disease.balanced_accuracy:.3f} between chance 0.5 and identity "
-                      f"accuracy {identity.accuracy:.3f}", n=disease.n_test, min_n=config.min_test_images,
+               reason=f"disease balanced accuracy {100 * disease.balanced_accuracy:.1f} % between chance 50 % and "
+                      f"identity accuracy {100 * identity.accuracy:.1f} %", n=disease.n_test, min_n=config.min_test_images,
                kind=CHECK),
     ]
