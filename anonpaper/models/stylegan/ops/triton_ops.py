@@ -47,10 +47,10 @@ def _require(x: torch.Tensor) -> None:
 
     if not TRITON_AVAILABLE:
         raise RuntimeError("the 'triton' StyleGAN ops need the triton package; use implementation='fast'")
-    if not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(f"Triton kernels run on CUDA tensors (or under TRITON_INTERPRET=1); got device {x.device}")
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise ValueError(f"Triton StyleGAN ops support float32/float16/bfloat16, got {x.dtype}")
+    if not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"Triton kernels run on CUDA tensors (or under TRITON_INTERPRET=1); got device {x.device}")
     if x.ndim != 4:
         raise ValueError(f"expected an (N, C, H, W) tensor, got shape {tuple(x.shape)}")
 
