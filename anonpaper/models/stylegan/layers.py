@@ -107,22 +107,10 @@ def design_lowpass_filter(numtaps: int, cutoff: float, width: float, sampling_ra
 def upfirdn2d(x: torch.Tensor, filter_1d: torch.Tensor | None, up: int = 1, down: int = 1,
               padding: tuple[int, int, int, int] = (0, 0, 0, 0), gain: float = 1.0,
               implementation: str = "auto") -> torch.Tensor:
-    """Upsample, pad, filter (separably, the same 1-D filter on both axes), downsample.
+    """Upsample, pad, separable FIR, downsample; output side ``(in * up + pad_lo + pad_hi - taps) // down + 1``.
 
-    Output side = ``(in * up + pad_lo + pad_hi - taps) // down + 1``. Negative padding crops.
-
-    Args:
-        x: (N, C, H, W) float tensor.
-        filter_1d: (taps,) filter or None (identity).
-        up: Integer upsampling factor (zeros inserted after every sample).
-        down: Integer downsampling factor (every ``down``-th sample kept, starting at the first).
-        padding: (x_lo, x_hi, y_lo, y_hi) pixels added (negative: removed) after upsampling.
-        gain: Overall gain of the 2-D filter (``up ** 2`` keeps the mean when upsampling).
-        implementation: ``"auto"``, ``"reference"``, ``"fast"`` or ``"triton"`` (see
-            :mod:`anonpaper.models.stylegan.ops`).
-
-    Returns:
-        (N, C, H', W') tensor of the input's dtype.
+    Arguments, shapes and result as :func:`anonpaper.models.stylegan.ops.reference.upfirdn2d`; ``implementation``
+    picks ``"auto"``, ``"reference"``, ``"fast"`` or ``"triton"`` (see :mod:`anonpaper.models.stylegan.ops`).
     """
     return ops.upfirdn2d(x, filter_1d, up, down, padding, gain, implementation=implementation)
 

@@ -173,38 +173,51 @@ def _upfirdn2d_polyphase(x: torch.Tensor, taps: tuple[float, ...], up: int, down
     return _resample_axis(x, taps, up, down, pad_y0, pad_y1, axis=2)
 
 
-class _UpFirDn2d(torch.autograd.Function):
-    """upfirdn2d with correlation taps given as a tuple; backward and jvp are upfirdn2d again (linear op)."""
+def adjoint_upfirdn2d(taps: tuple[float, ...], up: int, down: int, padding: tuple[int, int, int, int], height: int,
+                      width: int, grad_shape) -> tuple:
+    """Arguments ``(taps, up, down, padding)`` of the upfirdn2d that is the adjoint (the backward) of one.
 
-    generate_vmap_rule = True
+    Along one axis the adjoint zero-inserts by ``down``, correlates with the flipped taps starting at
+    ``taps - 1 - pad_lo`` and keeps every ``up``-th sample; ``pad_hi`` makes the output exactly the forward
+    input's length (``height`` / ``width``). ``grad_shape`` is the (N, C, H', W') shape of the forward output.
+    """
+    size = len(taps)
+    adj_x0, adj_y0 = size - 1 - padding[0], size - 1 - padding[2]
+    adj_x1 = (width - 1) * up + size - grad_shape[3] * down - adj_x0
+    adj_y1 = (height - 1) * up + size - grad_shape[2] * down - adj_y0
+    return taps[::-1], down, up, (adj_x0, adj_x1, adj_y0, adj_y1)
 
-    @staticmethod
-    def forward(x, taps, up, down, padding):
-        return _upfirdn2d_polyphase(x, taps, up, down, padding)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, taps, up, down, padding = inputs
-        ctx.params = (taps, up, down, padding, x.shape[2], x.shape[3])
+def linear_upfirdn2d_function(launcher, generate_vmap_rule: bool):
+    """An ``autograd.Function`` running ``launcher(x, taps, up, down, padding)`` whose backward is the adjoint
+    upfirdn2d and whose jvp is the forward on the tangent (the op is linear in ``x``), both through the same
+    Function, so every derivative order stays on ``launcher``."""
 
-    @staticmethod
-    def backward(ctx, grad):
-        taps, up, down, padding, height, width = ctx.params
-        size = len(taps)
-        out_height, out_width = grad.shape[2], grad.shape[3]
-        pad_x0, _, pad_y0, _ = padding
-        # Adjoint of one axis: zero-insert by `down`, correlate with the flipped taps starting at
-        # size - 1 - pad_lo, keep every `up`-th sample; pad_hi makes the output exactly the input's length.
-        adj_x0, adj_y0 = size - 1 - pad_x0, size - 1 - pad_y0
-        adj_x1 = (width - 1) * up + size - out_width * down - adj_x0
-        adj_y1 = (height - 1) * up + size - out_height * down - adj_y0
-        grad_x = _UpFirDn2d.apply(grad, taps[::-1], down, up, (adj_x0, adj_x1, adj_y0, adj_y1))
-        return grad_x, None, None, None, None
+    class UpFirDn2dFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(x, taps, up, down, padding):
+            return launcher(x, taps, up, down, padding)
 
-    @staticmethod
-    def jvp(ctx, x_tangent, *_):
-        taps, up, down, padding, _, _ = ctx.params
-        return _UpFirDn2d.apply(x_tangent, taps, up, down, padding)
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            x, taps, up, down, padding = inputs
+            ctx.params = (taps, up, down, padding, x.shape[2], x.shape[3])
+
+        @staticmethod
+        def backward(ctx, grad):
+            adjoint = adjoint_upfirdn2d(*ctx.params, grad.shape)
+            return UpFirDn2dFunction.apply(grad, *adjoint), None, None, None, None
+
+        @staticmethod
+        def jvp(ctx, x_tangent, *_):
+            taps, up, down, padding, _, _ = ctx.params
+            return UpFirDn2dFunction.apply(x_tangent, taps, up, down, padding)
+
+    UpFirDn2dFunction.generate_vmap_rule = generate_vmap_rule
+    return UpFirDn2dFunction
+
+
+_UpFirDn2d = linear_upfirdn2d_function(_upfirdn2d_polyphase, generate_vmap_rule=True)
 
 
 def upfirdn2d(x: torch.Tensor, filter_1d: torch.Tensor | None, up: int = 1, down: int = 1,

@@ -58,14 +58,19 @@ def _require(x: torch.Tensor) -> None:
 if TRITON_AVAILABLE:
 
     @triton.jit
-    def _upfirdn2d_kernel(x_ptr, f_ptr, y_ptr, height, width, out_height, out_width, total, pad_x0, pad_y0,
-                          UP: tl.constexpr, DOWN: tl.constexpr, TAPS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    def _output_pixels(total, height, width, out_height, out_width, BLOCK_SIZE: tl.constexpr):
+        """This program's flat output indices, their mask, (x, y), plane and the plane's input offset."""
         offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        active = offsets < total
         out_x = offsets % out_width
         out_y = (offsets // out_width) % out_height
         plane = offsets // (out_width * out_height)
-        base = plane * height * width
+        return offsets, offsets < total, out_x, out_y, plane, plane * height * width
+
+    @triton.jit
+    def _upfirdn2d_kernel(x_ptr, f_ptr, y_ptr, height, width, out_height, out_width, total, pad_x0, pad_y0,
+                          UP: tl.constexpr, DOWN: tl.constexpr, TAPS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+        offsets, active, out_x, out_y, plane, base = _output_pixels(total, height, width, out_height, out_width,
+                                                                    BLOCK_SIZE)
         acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
         for ty in tl.static_range(TAPS):
             up_y = out_y * DOWN + ty - pad_y0
@@ -117,12 +122,8 @@ if TRITON_AVAILABLE:
                                out_width, total, pad_x0, pad_y0, slope, clamp, HAS_BIAS: tl.constexpr,
                                HAS_CLAMP: tl.constexpr, UP: tl.constexpr, DOWN: tl.constexpr,
                                UP_TAPS: tl.constexpr, DOWN_TAPS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
-        offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        active = offsets < total
-        out_x = offsets % out_width
-        out_y = (offsets // out_width) % out_height
-        plane = offsets // (out_width * out_height)
-        base = plane * height * width
+        offsets, active, out_x, out_y, plane, base = _output_pixels(total, height, width, out_height, out_width,
+                                                                    BLOCK_SIZE)
         bias = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
         if HAS_BIAS:
             bias = tl.load(b_ptr + plane % channels, mask=active, other=0.0).to(tl.float32)
@@ -180,32 +181,8 @@ def _launch_upfirdn2d(x: torch.Tensor, taps: tuple[float, ...], up: int, down: i
     return y
 
 
-class _TritonUpFirDn2d(torch.autograd.Function):
-    """upfirdn2d on the Triton kernel; backward = the adjoint on the same kernel (any order), jvp = forward."""
-
-    @staticmethod
-    def forward(x, taps, up, down, padding):
-        return _launch_upfirdn2d(x, taps, up, down, padding)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, taps, up, down, padding = inputs
-        ctx.params = (taps, up, down, padding, x.shape[2], x.shape[3])
-
-    @staticmethod
-    def backward(ctx, grad):
-        taps, up, down, padding, height, width = ctx.params
-        size = len(taps)
-        adj_x0, adj_y0 = size - 1 - padding[0], size - 1 - padding[2]
-        adj_x1 = (width - 1) * up + size - grad.shape[3] * down - adj_x0
-        adj_y1 = (height - 1) * up + size - grad.shape[2] * down - adj_y0
-        return (_TritonUpFirDn2d.apply(grad, taps[::-1], down, up, (adj_x0, adj_x1, adj_y0, adj_y1)),
-                None, None, None, None)
-
-    @staticmethod
-    def jvp(ctx, x_tangent, *_):
-        taps, up, down, padding, _, _ = ctx.params
-        return _TritonUpFirDn2d.apply(x_tangent, taps, up, down, padding)
+# Kernels cannot take vmap's batched tensors: no generated vmap rule.
+_TritonUpFirDn2d = fast.linear_upfirdn2d_function(_launch_upfirdn2d, generate_vmap_rule=False)
 
 
 def upfirdn2d(x: torch.Tensor, filter_1d: torch.Tensor | None, up: int = 1, down: int = 1,
