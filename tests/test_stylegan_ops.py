@@ -22,6 +22,7 @@ def fast_path(request, monkeypatch):
     """Run a test on both fast formulations: dense resampling matrices (small images) and polyphase convs."""
     if request.param == "polyphase":
         monkeypatch.setattr(fast, "MATRIX_MAX_LENGTH", 0)
+        monkeypatch.setattr(fast, "POLYPHASE_FILTERED_LRELU", True)
     return request.param
 
 

@@ -3,8 +3,8 @@
 Three implementations of the same three operations (:func:`upfirdn2d`, :func:`bias_act`, :func:`filtered_lrelu`):
 
 * ``"reference"`` (:mod:`.reference`): plain PyTorch, each step explicit; the ground truth of the tests.
-* ``"fast"`` (:mod:`.fast`): polyphase PyTorch (no zero insertion, no materialised upsampled copy in the
-  nonlinearity's interleave, gains folded into filters); the default on every device.
+* ``"fast"`` (:mod:`.fast`): PyTorch without zero insertion (dense resampling matrices for small images,
+  polyphase depthwise convolutions otherwise), gains folded into filters, fused demodulation/bias; the default.
 * ``"triton"`` (:mod:`.triton_ops`): Triton GPU kernels, used only for CUDA tensors and only when asked for
   (``implementation="triton"`` or the environment variable ``ANONPAPER_STYLEGAN_IMPL=triton``); other tensors
   go to ``"fast"``. Double backward through a Triton op falls back to the reference computation.

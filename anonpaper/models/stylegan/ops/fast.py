@@ -12,7 +12,12 @@ materialises the zero-inserted tensor.
   ``autograd.Function`` whose backward is again ``upfirdn2d`` (the adjoint: flipped filter, ``up`` and ``down``
   swapped), so every derivative order costs one resampling and no depthwise-weight gradient is ever computed.
   Forward-mode AD (``torch.func.jvp``) and ``vmap`` are supported (the op is linear).
-* :func:`filtered_lrelu`: StyleGAN3's filtered leaky ReLU kept in the polyphase domain from end to end: the
+* Small images (side after upsampling up to ``MATRIX_MAX_LENGTH`` = 320, every CPU config) use dense
+  resampling matrices instead: ``upfirdn2d(x) = M_y @ x @ M_x^T`` with the zero insertion, padding, filter and
+  decimation all inside ``M`` (one GEMM per axis; plain autograd gives every derivative order, jvp and vmap).
+* :func:`filtered_lrelu`: matrices up, leaky ReLU, strided depthwise convolutions down, for small images; the
+  reference formulation otherwise, or (``POLYPHASE_FILTERED_LRELU``) StyleGAN3's filtered leaky ReLU kept in the
+  polyphase domain from end to end: the
   upsampled signal lives as ``up ** 2`` phase images at the input's resolution (the leaky ReLU is pointwise, so it
   applies to the phases directly), and the downsampling filter reads the phases with a grouped convolution that
   sums over them. There is no interleave of the upsampled signal, no padding copy of it, and the activation gain
@@ -118,6 +123,10 @@ def _correlation_taps(filter_1d: torch.Tensor, gain: float) -> tuple[float, ...]
 
 
 MATRIX_MAX_LENGTH = 320
+# Above MATRIX_MAX_LENGTH the filtered leaky ReLU runs the reference formulation unless this is set: its
+# all-polyphase version (grouped convolutions over the phases) is exact but measured 2x slower than the reference
+# on CPU (1 thread, sg3t-cpu64 sizes forced through it); it is kept, tested, for GPU measurements.
+POLYPHASE_FILTERED_LRELU = False
 
 
 @functools.lru_cache(maxsize=1024)
@@ -282,7 +291,7 @@ def filtered_lrelu(x: torch.Tensor, up_filter: torch.Tensor | None, down_filter:
     """
     padding = reference.check_padding(padding)
     if (up_filter is None or down_filter is None or up_filter.numel() < 2 or down_filter.numel() < 2
-            or up < 2 or up % down):
+            or up < 2 or up % down or (not _use_matrices(x, up) and not POLYPHASE_FILTERED_LRELU)):
         return reference.filtered_lrelu(x, up_filter, down_filter, bias, up, down, padding, gain, slope, clamp)
     batch, channels, height, width = x.shape
     up_taps = _correlation_taps(up_filter, up * up)

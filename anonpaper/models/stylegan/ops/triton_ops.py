@@ -14,7 +14,7 @@ CUDA tensors by :mod:`anonpaper.models.stylegan.ops`, or on CPU tensors under Tr
 * :func:`filtered_lrelu`: for every output pixel, the ``down_taps ** 2`` upsampled samples it reads are computed
   on the fly, each from the ``(up_taps / up) ** 2`` input samples of its polyphase component, activated, and
   accumulated; the upsampled tensor never exists in memory. Backward recomputes the forward through the
-  polyphase PyTorch path in chunks of channels (so only one chunk's upsampled phases exist at a time) and
+  fast PyTorch path in chunks of channels (so only one chunk's upsampled tensor exists at a time) and
   differentiates it; with ``create_graph`` (double backward) that recomputation keeps its graph.
 
 Performance on GPU has not been measured yet (no GPU in the development session); the per-output formulation
@@ -289,7 +289,7 @@ class _TritonFilteredLReLU(torch.autograd.Function):
         up, down, padding, gain, slope, clamp = ctx.params
         create_graph = torch.is_grad_enabled()
         grad_x_chunks, grad_bias_chunks = [], []
-        # Recompute per chunk of channels so that only one chunk's upsampled phases are in memory.
+        # Recompute per chunk of channels so that only one chunk's upsampled tensor is in memory.
         for start in range(0, x.shape[1], FILTERED_LRELU_CHANNEL_CHUNK):
             stop = min(start + FILTERED_LRELU_CHANNEL_CHUNK, x.shape[1])
             with torch.enable_grad():
