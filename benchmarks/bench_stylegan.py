@@ -1,29 +1,74 @@
-"""Throughput of the pure-PyTorch StyleGAN2 / StyleGAN3-T: seconds per 1,000 images (s/kimg).
+"""StyleGAN2 / StyleGAN3-T throughput per ops implementation: train s/kimg, generation images/s, peak GPU memory.
 
-Two numbers per config:
+For every config, batch size and implementation (``reference``: step-by-step PyTorch; ``fast``: resampling matrices
+/ polyphase convs with folded gains; ``triton``: Triton kernels, CUDA only), measured in interleaved rounds so that
+a shared machine's load hits every implementation alike (the best round is kept):
 
-* ``train s/kimg``: full training steps of :func:`anonpaper.train.gan.train_gan` (G main, lazy path length every 4
-  steps, D main, lazy R1 every 16 steps, EMA), timed over ``--steps`` steps after one warm-up step, divided by the
-  images per step. Comparable in kind to the papers' s/kimg (published anchors on one A100 at 256 px:
-  StyleGAN2 12.5, StyleGAN3-T 49.8, with NVIDIA's custom CUDA ops).
-* ``generate s/kimg``: generator forward passes only (no gradient).
+* ``train_s_per_kimg``: full steps of :func:`anonpaper.train.gan.train_gan` (G main, lazy path length every 4
+  steps for SG2, D main, lazy R1 every 16 steps, EMA), timed after one warm-up step, per 1,000 images.
+  Published anchors (one A100, 256 px, NVIDIA's CUDA ops): StyleGAN2 12.5, StyleGAN3-T 49.8 s/kimg.
+* ``generate_images_per_s``: generator forward passes without gradients.
+* ``peak_memory_gib``: peak CUDA memory of the training steps (empty on CPU).
+
+Each run appends one CSV row to ``benchmarks/results/stylegan.csv`` with the device name, torch / triton versions,
+git commit and thread count. A config and batch that do not fit in GPU memory stop with a message naming them,
+the memory asked for and what to try (a smaller batch or gradient accumulation).
 
 Usage:
-    python benchmarks/bench_stylegan.py                         # CPU, 64 px configs, 1 thread
-    python benchmarks/bench_stylegan.py --device cuda --configs sg2-paper256 sg3t-paper256 --batch 32
+    python benchmarks/bench_stylegan.py                                  # CPU, 64 px configs, 2 threads
+    python benchmarks/bench_stylegan.py --device cuda --configs sg2-paper256 sg3t-paper256 --batch 32 \\
+        --implementations reference fast triton --mixed-precision fp16
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import platform
+import re
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from anonpaper.models.stylegan import ResidualDiscriminator, StyleGenerator, get_config
+from anonpaper.models.stylegan import ResidualDiscriminator, StyleGenerator, get_config, list_configs
+from anonpaper.models.stylegan.ops import IMPLEMENTATIONS
+from anonpaper.runtime import git_sha
 from anonpaper.train.gan import GANTrainingConfig, train_gan
 
-PUBLISHED_A100_256PX = {"sg2": 12.5, "sg3t": 49.8}
+RESULTS = Path(__file__).resolve().parent / "results" / "stylegan.csv"
+PRECISIONS = ("none", "fp16", "bf16")
+FIELDS = ["config", "batch", "implementation", "mixed_precision", "device", "device_name", "threads", "torch",
+          "triton", "git_commit", "steps", "rounds", "train_s_per_kimg", "generate_images_per_s", "peak_memory_gib",
+          "timestamp"]
+
+
+class BenchmarkError(ValueError):
+    """A benchmark request that cannot run (bad device, dtype, config, or out of memory); the message says why."""
+
+
+def check_request(device: torch.device, implementations: list[str], mixed_precision: str, configs: list[str],
+                  batches: list[int]) -> None:
+    """Refuse unsupported devices, dtypes, implementations, configs and batch sizes with a readable message."""
+    if device.type not in ("cpu", "cuda"):
+        raise BenchmarkError(f"unsupported device {device}; use cpu or cuda[:index]")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BenchmarkError("--device cuda asked for, but torch sees no CUDA device")
+    for name in implementations:
+        if name not in IMPLEMENTATIONS or name == "auto":
+            raise BenchmarkError(f"unknown implementation {name!r}; expected some of {IMPLEMENTATIONS[1:]}")
+        if name == "triton" and device.type != "cuda":
+            raise BenchmarkError("the triton implementation runs on CUDA only; drop it or use --device cuda")
+    if mixed_precision not in PRECISIONS:
+        raise BenchmarkError(f"--mixed-precision must be one of {PRECISIONS}, got {mixed_precision!r}")
+    if mixed_precision == "fp16" and device.type == "cpu":
+        raise BenchmarkError("fp16 layers are not supported on CPU (slow or missing kernels); use bf16 or none")
+    unknown = [name for name in configs if name not in list_configs()]
+    if unknown:
+        raise BenchmarkError(f"unknown configs {unknown}; expected some of {sorted(list_configs())}")
+    if any(batch < 1 for batch in batches):
+        raise BenchmarkError(f"batch sizes must be positive, got {batches}")
 
 
 def _synchronize(device: torch.device) -> None:
@@ -31,54 +76,126 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def benchmark(name: str, device: torch.device, batch: int, steps: int) -> dict:
+def _out_of_memory_message(name: str, batch: int, device: torch.device, error: Exception) -> str:
+    asked = re.search(r"Tried to allocate ([\d.]+ [KMG]iB)", str(error))
+    total = torch.cuda.get_device_properties(device).total_memory / 2 ** 30 if device.type == "cuda" else None
+    return (f"config {name!r} at batch {batch} does not fit on {device}"
+            f"{f' ({total:.1f} GiB)' if total else ''}: it asked for {asked.group(1) if asked else 'more memory'}"
+            f" beyond what was free. Try a smaller --batch (e.g. {max(1, batch // 2)}), gradient accumulation "
+            f"(GANTrainingConfig batch split over steps), or --mixed-precision fp16.")
+
+
+def run_one(name: str, batch: int, implementation: str, mixed_precision: str, device: torch.device,
+            steps: int) -> dict:
+    """One measurement: train and generation throughput of one config / batch / implementation."""
     config = get_config(name)
-    G, D = StyleGenerator(config, seed=0), ResidualDiscriminator(config, seed=1)
+    precision = None if mixed_precision == "none" else mixed_precision
+    G = StyleGenerator(config, seed=0, implementation=implementation, mixed_precision=precision)
+    D = ResidualDiscriminator(config, seed=1)
     data = torch.rand(max(64, batch), config.image_channels, config.resolution, config.resolution,
                       generator=torch.Generator().manual_seed(0))
-    training = GANTrainingConfig(total_steps=steps + 1, batch_size=batch, progress=False,
-                                 path_length_weight=2.0 if config.architecture == "sg2" else 0.0,
-                                 style_mixing_probability=0.9 if config.architecture == "sg2" else 0.0)
-    result = train_gan(G, D, data, training, device=device)
-    _synchronize(device)
-    seconds = result.history["seconds"].to_numpy()
-    train_per_image = (seconds[-1] - seconds[0]) / (steps * batch)
-
-    G_eval = result.generator_ema
-    z = G_eval.sample_latents(batch, seed=1, device=device)
-    with torch.no_grad():
-        G_eval(z)  # warm-up
+    training = GANTrainingConfig.for_architecture(config.architecture, total_steps=steps + 1, batch_size=batch,
+                                                  progress=False)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        result = train_gan(G, D, data, training, device=device)
         _synchronize(device)
-        start = time.perf_counter()
-        repeats = max(1, steps // 2)
-        for _ in range(repeats):
-            G_eval(z)
-        _synchronize(device)
-        generate_per_image = (time.perf_counter() - start) / (repeats * batch)
-    return {"config": name, "resolution": config.resolution, "style_channels": G.style_layout.total_channels,
-            "generator_parameters": sum(p.numel() for p in G.parameters()),
-            "train_s_per_kimg": 1000 * train_per_image, "generate_s_per_kimg": 1000 * generate_per_image}
+        peak = torch.cuda.max_memory_allocated(device) / 2 ** 30 if device.type == "cuda" else None
+        seconds = result.history["seconds"].to_numpy()
+        train_per_image = (seconds[-1] - seconds[0]) / (steps * batch)
+        G_eval = result.generator_ema
+        z = G_eval.sample_latents(batch, seed=1, device=device)
+        with torch.no_grad():
+            G_eval(z)  # warm-up
+            _synchronize(device)
+            repeats = max(1, steps // 2)
+            start = time.perf_counter()
+            for _ in range(repeats):
+                G_eval(z)
+            _synchronize(device)
+            generate_seconds = (time.perf_counter() - start) / repeats
+    except torch.cuda.OutOfMemoryError as error:
+        raise BenchmarkError(_out_of_memory_message(name, batch, device, error)) from None
+    return {"train_s_per_kimg": 1000 * train_per_image, "generate_images_per_s": batch / generate_seconds,
+            "peak_memory_gib": peak}
 
 
-def main() -> None:
+def _triton_version() -> str:
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return ""
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=["sg2-cpu64", "sg3t-cpu64"])
+    parser.add_argument("--batch", nargs="+", type=int, default=[4])
+    parser.add_argument("--implementations", nargs="+", default=["reference", "fast"])
+    parser.add_argument("--mixed-precision", default="none", choices=PRECISIONS)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=16, help="timed training steps (16 covers one R1 interval)")
-    parser.add_argument("--threads", type=int, default=1, help="CPU intra-op threads")
-    args = parser.parse_args()
+    parser.add_argument("--steps", type=int, default=8, help="timed training steps per round")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best is kept")
+    parser.add_argument("--threads", type=int, default=2, help="CPU intra-op threads")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    print(f"device={device} threads={torch.get_num_threads()} batch={args.batch} steps={args.steps} "
-          f"torch={torch.__version__}")
-    print(f"{'config':<15}{'res':>5}{'K (S)':>8}{'G params':>12}{'train s/kimg':>15}{'generate s/kimg':>17}")
-    for name in args.configs:
-        row = benchmark(name, device, args.batch, args.steps)
-        print(f"{row['config']:<15}{row['resolution']:>5}{row['style_channels']:>8}{row['generator_parameters']:>12,}"
-              f"{row['train_s_per_kimg']:>15.1f}{row['generate_s_per_kimg']:>17.1f}")
-    print(f"published anchors (one A100, 256 px, NVIDIA CUDA ops): {PUBLISHED_A100_256PX} train s/kimg")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as error:
+        print(f"error: unsupported device {args.device!r}: {error}", file=sys.stderr)
+        return 2
+    try:
+        check_request(device, args.implementations, args.mixed_precision, args.configs, args.batch)
+        device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else (
+            platform.processor() or platform.machine() or "cpu")
+        print(f"device={device} ({device_name}) threads={torch.get_num_threads()} torch={torch.__version__} "
+              f"triton={_triton_version() or '-'} steps={args.steps} rounds={args.rounds}")
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        new_file = not args.output.exists()
+        with open(args.output, "a", newline="") as stream:
+            writer = csv.DictWriter(stream, fieldnames=FIELDS)
+            if new_file:
+                writer.writeheader()
+            for name in args.configs:
+                for batch in args.batch:
+                    best: dict[str, dict] = {}
+                    for _ in range(args.rounds):
+                        for implementation in args.implementations:
+                            row = run_one(name, batch, implementation, args.mixed_precision, device, args.steps)
+                            previous = best.get(implementation)
+                            if previous is None or row["train_s_per_kimg"] < previous["train_s_per_kimg"]:
+                                row["generate_images_per_s"] = max(
+                                    row["generate_images_per_s"],
+                                    previous["generate_images_per_s"] if previous else 0.0)
+                                best[implementation] = row
+                            else:
+                                previous["generate_images_per_s"] = max(previous["generate_images_per_s"],
+                                                                        row["generate_images_per_s"])
+                    for implementation, row in best.items():
+                        record = {"config": name, "batch": batch, "implementation": implementation,
+                                  "mixed_precision": args.mixed_precision, "device": str(device),
+                                  "device_name": device_name, "threads": torch.get_num_threads(),
+                                  "torch": torch.__version__, "triton": _triton_version(),
+                                  "git_commit": git_sha() or "", "steps": args.steps, "rounds": args.rounds,
+                                  "train_s_per_kimg": f"{row['train_s_per_kimg']:.2f}",
+                                  "generate_images_per_s": f"{row['generate_images_per_s']:.2f}",
+                                  "peak_memory_gib": "" if row["peak_memory_gib"] is None
+                                  else f"{row['peak_memory_gib']:.2f}",
+                                  "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                        writer.writerow(record)
+                        stream.flush()
+                        print(f"{name:<14} batch {batch:<4} {implementation:<10} train {record['train_s_per_kimg']:>9}"
+                              f" s/kimg   generate {record['generate_images_per_s']:>8} img/s   peak "
+                              f"{record['peak_memory_gib'] or '-'} GiB")
+    except BenchmarkError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -37,13 +37,14 @@ def _reference_upfirdn2d(x: np.ndarray, taps: np.ndarray, up: int, down: int, pa
                                                (1, 2, (1, 1), [1, 2, 1]), (2, 2, (3, -1), [0.1, 0.5, 0.2, 0.7]),
                                                (4, 2, (5, 4), [1, 4, 6, 4, 1, 2, 3, 1]), (2, 1, (6, 5), [1, 3, 3, 1]),
                                                (2, 2, (-2, -3), [1, 2, 3, 4, 5, 6])])
-def test_upfirdn2d_matches_literal_definition(up, down, pad, taps):
+@pytest.mark.parametrize("implementation", ["reference", "fast"])
+def test_upfirdn2d_matches_literal_definition(up, down, pad, taps, implementation):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 3, 7, 7))
     taps = np.asarray(taps, dtype=np.float64)
     expected = _reference_upfirdn2d(x, taps, up, down, pad, gain=up * up)
     got = upfirdn2d(torch.from_numpy(x).float(), torch.from_numpy(taps).float(), up=up, down=down,
-                    padding=(pad[0], pad[1], pad[0], pad[1]), gain=up * up)
+                    padding=(pad[0], pad[1], pad[0], pad[1]), gain=up * up, implementation=implementation)
     assert got.shape == expected.shape
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-4, atol=1e-4)
 
@@ -234,3 +235,31 @@ def test_sg3_generator_is_translation_equivariant():
     # Translating the coordinate frame by +t moves content by -t: shifted[x] = reference[x + pixels].
     assert psnr(shifted[..., :-pixels], reference[..., pixels:]) > 45
     assert psnr(shifted[..., pixels:], reference[..., :-pixels]) < 35
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("implementation", ["reference", "fast"])
+def test_sg2_upsampling_conv_matches_nvidia_formulation_including_border(implementation):
+    """Issue #20: NVIDIA's up-conv is a stride-2 transposed conv (2L + 1 samples) then the [1, 3, 3, 1] FIR with
+    padding 1 and gain 4 (up = 2, 4 taps, 3x3 kernel). Every pixel, the border included, must match; the previous
+    formulation (FIR to 2L samples, then a zero-padded 3x3 conv) differed on the outermost rows/columns."""
+    config = get_config("sg2-tiny")
+    G = StyleGenerator(config, seed=0, implementation=implementation)
+    layer = G.synthesis_network.layers["b8_conv0"]
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, layer.in_channels, 4, 4, generator=generator, dtype=torch.float64)
+    style = torch.rand(2, layer.in_channels, generator=generator, dtype=torch.float64) + 0.5
+    layer = layer.double()
+    got = layer.forward_from_style(x, style, noise_mode="none")
+    weight = (layer.weight * layer.weight_gain).detach()
+    # Official: transposed conv (weight (in, out, k, k)) of the modulated input; it convolves where our layer
+    # correlates, so the official kernel is the flipped one.
+    transposed = F.conv_transpose2d(x * style[:, :, None, None], weight.flip([2, 3]).transpose(0, 1), stride=2)
+    assert transposed.shape[-1] == 2 * 4 + 1
+    official = _reference_upfirdn2d(transposed.numpy(), np.array([1, 3, 3, 1]) / 8.0, 1, 1, (1, 1), gain=4)
+    demodulation = ((weight[None] * style[:, None, :, None, None]).square().sum(dim=[2, 3, 4]) + 1e-8).rsqrt()
+    expected = F.leaky_relu(torch.from_numpy(official) * demodulation[:, :, None, None], 0.2) * np.sqrt(2)
+    assert got.shape == expected.shape == (2, layer.out_channels, 8, 8)
+    torch.testing.assert_close(got.detach(), expected, rtol=1e-9, atol=1e-12)
+    # The border is where the old formulation differed: check it carries signal from the filter tails.
+    assert expected[..., 0, :].abs().max() > 0 and expected[..., :, -1].abs().max() > 0

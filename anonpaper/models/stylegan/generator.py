@@ -34,9 +34,20 @@ class StyleGenerator(nn.Module):
         config: Architecture (see :mod:`~anonpaper.models.stylegan.config`).
         seed: Seed of the parameter initialisation (a forked RNG; the global generator is left untouched).
             None uses the global generator.
+        implementation: Ops implementation of the synthesis network: ``"auto"`` (default: ``"fast"``, or
+            ``$ANONPAPER_STYLEGAN_IMPL``), ``"reference"``, ``"fast"`` or ``"triton"`` (CUDA tensors only; others
+            run ``"fast"``). See :mod:`anonpaper.models.stylegan.ops`. Changes no weight: switch any time with
+            :meth:`set_implementation`.
+        mixed_precision: None (float32 everywhere; the default, and the right choice on CPU), ``"fp16"`` or
+            ``"bf16"``: the highest-resolution synthesis layers compute in that dtype with clamped activations
+            (StyleGAN2-ADA / StyleGAN3 recipe); mapping, styles and the output image stay float32.
+        mixed_precision_resolutions: How many of the highest resolutions run in reduced precision (4).
+        conv_clamp: Activation clamp in the reduced-precision layers (256).
     """
 
-    def __init__(self, config: StyleGANConfig, seed: int | None = 0):
+    def __init__(self, config: StyleGANConfig, seed: int | None = 0, implementation: str = "auto",
+                 mixed_precision: str | None = None, mixed_precision_resolutions: int = 4,
+                 conv_clamp: float = 256.0):
         super().__init__()
         self.config = config
         self.z_dim, self.w_dim = config.z_dim, config.w_dim
@@ -44,13 +55,25 @@ class StyleGenerator(nn.Module):
         with torch.random.fork_rng(devices=[]):
             if seed is not None:
                 torch.manual_seed(seed)
+            options = dict(implementation=implementation, mixed_precision=mixed_precision,
+                           mixed_precision_resolutions=mixed_precision_resolutions, conv_clamp=conv_clamp)
             if config.architecture == "sg2":
-                self.synthesis_network = SynthesisNetworkSG2(config)
+                self.synthesis_network = SynthesisNetworkSG2(config, **options)
             else:
-                self.synthesis_network = SynthesisNetworkSG3T(config)
+                self.synthesis_network = SynthesisNetworkSG3T(config, **options)
             self.num_ws = self.synthesis_network.num_ws
             self.mapping_network = MappingNetwork(config.z_dim, config.w_dim, self.num_ws, config.mapping_layers,
                                                   config.mapping_lr_multiplier)
+
+    @property
+    def implementation(self) -> str:
+        """The synthesis network's ops implementation name (see :meth:`set_implementation`)."""
+        return self.synthesis_network.implementation
+
+    def set_implementation(self, implementation: str) -> "StyleGenerator":
+        """Switch the synthesis ops (``"auto"``, ``"reference"``, ``"fast"``, ``"triton"``); returns self."""
+        self.synthesis_network.set_implementation(implementation)
+        return self
 
     @property
     def has_noise_inputs(self) -> bool:

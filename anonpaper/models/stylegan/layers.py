@@ -4,7 +4,8 @@
   unit variance and scaled by ``lr_multiplier / sqrt(fan_in)`` at run time, so Adam's step size is the same for
   every layer.
 * :func:`upfirdn2d`: upsample (zero insertion) -> pad/crop -> separable FIR filter -> downsample, the resampling
-  primitive of both papers, written with ``F.pad`` and depthwise ``F.conv2d`` (no custom CUDA op).
+  primitive of both papers; dispatches to :mod:`anonpaper.models.stylegan.ops` (reference, polyphase "fast"
+  PyTorch, or Triton kernels on CUDA).
 * :func:`modulated_conv2d`: style modulation and weight demodulation (StyleGAN2, Eq. 1-3), computed in the
   mathematically equivalent "scale activations, shared convolution, scale outputs" form, which needs no per-sample
   grouped convolution and so runs fast on CPU as well as GPU.
@@ -22,8 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-LEAKY_RELU_SLOPE = 0.2
-LEAKY_RELU_GAIN = math.sqrt(2.0)
+from anonpaper.models.stylegan import ops
+
+from anonpaper.models.stylegan.ops.reference import LEAKY_RELU_GAIN, LEAKY_RELU_SLOPE
 
 
 def to_signed_range(images: torch.Tensor) -> torch.Tensor:
@@ -103,81 +105,30 @@ def design_lowpass_filter(numtaps: int, cutoff: float, width: float, sampling_ra
 
 
 def upfirdn2d(x: torch.Tensor, filter_1d: torch.Tensor | None, up: int = 1, down: int = 1,
-              padding: tuple[int, int, int, int] = (0, 0, 0, 0), gain: float = 1.0) -> torch.Tensor:
-    """Upsample, pad, filter (separably, the same 1-D filter on both axes), downsample.
+              padding: tuple[int, int, int, int] = (0, 0, 0, 0), gain: float = 1.0,
+              implementation: str = "auto") -> torch.Tensor:
+    """Upsample, pad, separable FIR, downsample; output side ``(in * up + pad_lo + pad_hi - taps) // down + 1``.
 
-    Output side = ``(in * up + pad_lo + pad_hi - taps) // down + 1``. Negative padding crops.
-
-    Args:
-        x: (N, C, H, W) float tensor.
-        filter_1d: (taps,) filter or None (identity).
-        up: Integer upsampling factor (zeros inserted after every sample).
-        down: Integer downsampling factor (every ``down``-th sample kept, starting at the first).
-        padding: (x_lo, x_hi, y_lo, y_hi) pixels added (negative: removed) after upsampling.
-        gain: Overall gain of the 2-D filter (``up ** 2`` keeps the mean when upsampling).
-
-    Returns:
-        (N, C, H', W') tensor of the input's dtype.
+    Arguments, shapes and result as :func:`anonpaper.models.stylegan.ops.reference.upfirdn2d`; ``implementation``
+    picks ``"auto"``, ``"reference"``, ``"fast"`` or ``"triton"`` (see :mod:`anonpaper.models.stylegan.ops`).
     """
-    batch, channels, height, width = x.shape
-    if up > 1 and filter_1d is not None and filter_1d.numel() > 1:
-        return _upsample_polyphase(x, filter_1d, up, down, padding, gain)
-    if up > 1:
-        x = x.reshape(batch, channels, height, 1, width, 1)
-        x = F.pad(x, [0, up - 1, 0, 0, 0, up - 1])
-        x = x.reshape(batch, channels, height * up, width * up)
-    pad_x0, pad_x1, pad_y0, pad_y1 = padding
-    x = F.pad(x, [max(pad_x0, 0), max(pad_x1, 0), max(pad_y0, 0), max(pad_y1, 0)])
-    x = x[:, :, max(-pad_y0, 0): x.shape[2] - max(-pad_y1, 0), max(-pad_x0, 0): x.shape[3] - max(-pad_x1, 0)]
-    if filter_1d is None or filter_1d.numel() == 1:
-        scale = gain * (1.0 if filter_1d is None else float(filter_1d.reshape(-1)[0]) ** 2)
-        x = x * scale if scale != 1.0 else x
-        return x[:, :, ::down, ::down] if down > 1 else x
-    # Convolution (not correlation): flip the taps. Half of the gain goes to each axis.
-    taps = (filter_1d.to(device=x.device, dtype=x.dtype) * math.sqrt(gain)).flip(0)
-    size = taps.numel()
-    x = F.conv2d(x, taps.view(1, 1, 1, size).expand(channels, 1, 1, size), groups=channels, stride=(1, down))
-    x = F.conv2d(x, taps.view(1, 1, size, 1).expand(channels, 1, size, 1), groups=channels, stride=(down, 1))
-    return x
+    return ops.upfirdn2d(x, filter_1d, up, down, padding, gain, implementation=implementation)
 
 
-def _upsample_polyphase(x: torch.Tensor, filter_1d: torch.Tensor, up: int, down: int,
-                        padding: tuple[int, int, int, int], gain: float) -> torch.Tensor:
-    """Same result as zero insertion + pad + filter, computed with strided transposed convolutions.
-
-    A transposed convolution with stride ``up`` is the full convolution of the zero-inserted signal with the taps,
-    without multiplying the inserted zeros (``up`` times less work per axis). Output sample ``j`` of upfirdn2d is
-    sample ``j + taps - 1 - pad_lo`` of that full convolution, so the result is a crop/zero-pad of it.
-    """
-    channels = x.shape[1]
-    taps = filter_1d.to(device=x.device, dtype=x.dtype) * math.sqrt(gain)
-    size = taps.numel()
-    pad_x0, pad_x1, pad_y0, pad_y1 = padding
-    for axis, (pad_lo, pad_hi) in ((3, (pad_x0, pad_x1)), (2, (pad_y0, pad_y1))):
-        length = x.shape[axis]
-        shape = (channels, 1, 1, size) if axis == 3 else (channels, 1, size, 1)
-        stride = (1, up) if axis == 3 else (up, 1)
-        x = F.conv_transpose2d(x, taps.view(1, 1, *shape[2:]).expand(*shape), stride=stride, groups=channels)
-        full_length = (length - 1) * up + size
-        out_length = length * up + pad_lo + pad_hi - size + 1
-        left = pad_lo - (size - 1)
-        right = out_length - full_length - left
-        x = F.pad(x, [left, right, 0, 0] if axis == 3 else [0, 0, left, right])
-    return x[:, :, ::down, ::down] if down > 1 else x
-
-
-def upsample2d(x: torch.Tensor, filter_1d: torch.Tensor, up: int = 2) -> torch.Tensor:
+def upsample2d(x: torch.Tensor, filter_1d: torch.Tensor, up: int = 2, implementation: str = "auto") -> torch.Tensor:
     """Upsample by ``up`` with the FIR filter, keeping the mean (output side = input side * up)."""
     taps = filter_1d.numel()
     pad0, pad1 = (taps + up - 1) // 2, (taps - up) // 2
-    return upfirdn2d(x, filter_1d, up=up, padding=(pad0, pad1, pad0, pad1), gain=up * up)
+    return upfirdn2d(x, filter_1d, up=up, padding=(pad0, pad1, pad0, pad1), gain=up * up,
+                     implementation=implementation)
 
 
-def downsample2d(x: torch.Tensor, filter_1d: torch.Tensor, down: int = 2) -> torch.Tensor:
+def downsample2d(x: torch.Tensor, filter_1d: torch.Tensor, down: int = 2,
+                 implementation: str = "auto") -> torch.Tensor:
     """Low-pass filter and downsample by ``down`` (output side = input side / down)."""
     taps = filter_1d.numel()
     pad0, pad1 = (taps - down + 1) // 2, (taps - down) // 2
-    return upfirdn2d(x, filter_1d, down=down, padding=(pad0, pad1, pad0, pad1))
+    return upfirdn2d(x, filter_1d, down=down, padding=(pad0, pad1, pad0, pad1), implementation=implementation)
 
 
 def modulated_conv2d(x: torch.Tensor, weight: torch.Tensor, styles: torch.Tensor, demodulate: bool = True,
@@ -216,11 +167,25 @@ def modulated_conv2d(x: torch.Tensor, weight: torch.Tensor, styles: torch.Tensor
         scale_in = scale_in * input_gain.to(x.dtype)
     y = F.conv2d(x * scale_in[:, :, None, None], weight, padding=padding)
     if demodulate:
-        # sum_{i,k} (w_oik s_i)^2 = sum_i (sum_k w_oik^2) s_i^2; the input gain is applied after demodulation,
-        # as in StyleGAN3, so it does not enter the coefficient.
-        energy = styles.square() @ weight.square().sum(dim=[2, 3]).t()
-        y = y * (energy + 1e-8).rsqrt()[:, :, None, None]
+        y = y * demodulation_coefficients(weight, styles)[:, :, None, None]
     return y
+
+
+def demodulation_coefficients(weight: torch.Tensor, styles: torch.Tensor) -> torch.Tensor:
+    """StyleGAN2 Eq. 3: ``1 / sqrt(sum_{i,k} (w_oik s_i)^2 + 1e-8)`` per sample and output channel.
+
+    Uses ``sum_{i,k} (w_oik s_i)^2 = sum_i (sum_k w_oik^2) s_i^2`` (no per-sample weight tensor). The input gain of
+    StyleGAN3 is applied after demodulation, so it does not enter the coefficient.
+
+    Args:
+        weight: (C_out, C_in, k, k) weights.
+        styles: (N, C_in) styles.
+
+    Returns:
+        (N, C_out) positive tensor of the styles' dtype.
+    """
+    energy = styles.square() @ weight.square().sum(dim=[2, 3]).t()
+    return (energy + 1e-8).rsqrt()
 
 
 def minibatch_std(x: torch.Tensor, group_size: int = 4, num_channels: int = 1) -> torch.Tensor:

@@ -26,8 +26,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from anonpaper.models.stylegan.config import StyleGANConfig
+from anonpaper.models.stylegan import ops
 from anonpaper.models.stylegan.layers import (EqualizedLinear, LEAKY_RELU_GAIN, LEAKY_RELU_SLOPE,
-                                              design_lowpass_filter, modulated_conv2d, upfirdn2d)
+                                              demodulation_coefficients, design_lowpass_filter, modulated_conv2d)
+from anonpaper.models.stylegan.synthesis_sg2 import reduced_precision_dtype
 from anonpaper.models.stylegan.sspace import StyleCodes, StyleLayout
 
 
@@ -104,13 +106,20 @@ class FourierInput(nn.Module):
 
 
 class AliasFreeLayer(nn.Module):
-    """Modulated conv followed by the filtered (up -> leaky ReLU -> down) nonlinearity of StyleGAN3."""
+    """Modulated conv followed by the filtered (up -> leaky ReLU -> down) nonlinearity of StyleGAN3.
+
+    ``implementation`` selects the ops (see :mod:`anonpaper.models.stylegan.ops`); ``compute_dtype`` (None: the
+    input's dtype) and ``clamp`` implement mixed precision.
+    """
 
     def __init__(self, w_dim: int, is_torgb: bool, in_channels: int, out_channels: int, in_size: int, out_size: int,
                  in_sampling_rate: float, out_sampling_rate: float, in_cutoff: float, out_cutoff: float,
                  in_half_width: float, out_half_width: float, filter_size: int = 6, lrelu_upsampling: int = 2,
-                 magnitude_ema_beta: float = 0.999):
+                 magnitude_ema_beta: float = 0.999, implementation: str = "auto",
+                 compute_dtype: torch.dtype | None = None, clamp: float | None = None):
         super().__init__()
+        self.implementation = ops.check_implementation(implementation)
+        self.compute_dtype, self.clamp = compute_dtype, clamp
         self.is_torgb, self.in_channels, self.out_channels = is_torgb, in_channels, out_channels
         self.in_size, self.out_size = in_size, out_size
         self.conv_kernel = 1 if is_torgb else 3
@@ -140,26 +149,66 @@ class AliasFreeLayer(nn.Module):
             with torch.no_grad():
                 magnitude = x.detach().float().square().mean()
                 self.magnitude_ema.copy_(magnitude.lerp(self.magnitude_ema, self.magnitude_ema_beta))
+        if self.compute_dtype is not None:
+            x = x.to(self.compute_dtype)
+        implementation = ops.resolve_implementation(self.implementation, x)
         input_gain = self.magnitude_ema.rsqrt()
         if self.is_torgb:
             style = style * (1.0 / math.sqrt(self.in_channels * self.conv_kernel ** 2))
-        x = modulated_conv2d(x, self.weight, style, demodulate=not self.is_torgb, padding=self.conv_kernel - 1,
-                             input_gain=input_gain, prenormalize=True)
-        x = x + self.bias.to(x.dtype)[None, :, None, None]
-        x = upfirdn2d(x, self.up_filter, up=self.up_factor, padding=self.padding, gain=self.up_factor ** 2)
-        if not self.is_torgb:
-            x = F.leaky_relu(x, LEAKY_RELU_SLOPE) * LEAKY_RELU_GAIN
-        x = upfirdn2d(x, self.down_filter, down=self.down_factor)
+        if implementation == "reference" or self.is_torgb:
+            x = modulated_conv2d(x, self.weight, style, demodulate=not self.is_torgb, padding=self.conv_kernel - 1,
+                                 input_gain=input_gain, prenormalize=True)
+            if self.is_torgb:
+                x = ops.bias_act(x, self.bias, "linear", clamp=self.clamp, implementation=implementation)
+                x = upfirdn2d_or_identity(x, self.up_filter, self.down_filter, self.up_factor, self.down_factor,
+                                          self.padding, implementation)
+            else:
+                x = ops.filtered_lrelu(x, self.up_filter, self.down_filter, self.bias, self.up_factor,
+                                       self.down_factor, self.padding, clamp=self.clamp,
+                                       implementation=implementation)
+        else:
+            # Pre-normalisation and demodulation as in modulated_conv2d; the demodulation and the bias are one
+            # fused multiply-add on the conv output, then the filtered nonlinearity without a bias pass.
+            weight = self.weight * self.weight.square().mean(dim=[1, 2, 3], keepdim=True).rsqrt()
+            style = style * style.square().mean(dim=1, keepdim=True).rsqrt()
+            y = F.conv2d(x * (style * input_gain).to(x.dtype)[:, :, None, None], weight.to(x.dtype),
+                         padding=self.conv_kernel - 1)
+            y = torch.addcmul(self.bias.to(y.dtype)[None, :, None, None], y,
+                              demodulation_coefficients(weight, style).to(y.dtype)[:, :, None, None])
+            x = ops.filtered_lrelu(y, self.up_filter, self.down_filter, None, self.up_factor, self.down_factor,
+                                   self.padding, clamp=self.clamp, implementation=implementation)
         if x.shape[-1] != self.out_size:
             raise AssertionError(f"alias-free layer produced {x.shape[-1]} px, expected {self.out_size}")
+        return x if self.compute_dtype is None or not self.is_torgb else x.float()
+
+
+def upfirdn2d_or_identity(x: torch.Tensor, up_filter: torch.Tensor, down_filter: torch.Tensor, up: int, down: int,
+                          padding: tuple[int, int, int, int], implementation: str) -> torch.Tensor:
+    """The ToRGB layer's resampling: the identity when it neither resamples nor pads (always, in StyleGAN3-T)."""
+    if up == 1 and down == 1 and up_filter.numel() == 1 and down_filter.numel() == 1 and not any(padding):
         return x
+    x = ops.upfirdn2d(x, up_filter, up=up, padding=padding, gain=up ** 2, implementation=implementation)
+    return ops.upfirdn2d(x, down_filter, down=down, implementation=implementation)
 
 
 class SynthesisNetworkSG3T(nn.Module):
-    """StyleGAN3-T synthesis: ws (N, num_layers + 2, w_dim) -> images (N, C, R, R), nominally in [-1, 1]."""
+    """StyleGAN3-T synthesis: ws (N, num_layers + 2, w_dim) -> images (N, C, R, R), nominally in [-1, 1].
 
-    def __init__(self, config: StyleGANConfig):
+    Args:
+        config: Architecture (``architecture == "sg3t"``).
+        implementation: Ops implementation (see :mod:`anonpaper.models.stylegan.ops`).
+        mixed_precision: None (float32, default), ``"fp16"`` or ``"bf16"`` for the layers whose output sampling
+            rate times ``2 ** mixed_precision_resolutions`` exceeds the resolution (StyleGAN3's rule with 4), with
+            activations clamped to ``[-conv_clamp, conv_clamp]``; the image is float32.
+        mixed_precision_resolutions: See above.
+        conv_clamp: Activation clamp of the reduced-precision layers (256).
+    """
+
+    def __init__(self, config: StyleGANConfig, implementation: str = "auto", mixed_precision: str | None = None,
+                 mixed_precision_resolutions: int = 4, conv_clamp: float = 256.0):
         super().__init__()
+        self.implementation = ops.check_implementation(implementation)
+        reduced = reduced_precision_dtype(mixed_precision)
         if config.architecture != "sg3t":
             raise ValueError(f"SynthesisNetworkSG3T needs architecture 'sg3t', got {config.architecture!r}")
         self.config = config
@@ -175,18 +224,27 @@ class SynthesisNetworkSG3T(nn.Module):
         for index in range(num_layers + 1):
             previous = max(index - 1, 0)
             name = "torgb" if index == num_layers else f"L{index}"
+            reduced_here = reduced is not None and rates[index] * 2 ** mixed_precision_resolutions > config.resolution
+            dtype = reduced if reduced_here else None
             self.layers[name] = AliasFreeLayer(
                 self.w_dim, is_torgb=index == num_layers, in_channels=int(channels[previous]),
                 out_channels=int(channels[index]), in_size=int(sizes[previous]), out_size=int(sizes[index]),
                 in_sampling_rate=float(rates[previous]), out_sampling_rate=float(rates[index]),
                 in_cutoff=float(cutoffs[previous]), out_cutoff=float(cutoffs[index]),
                 in_half_width=float(half_widths[previous]), out_half_width=float(half_widths[index]),
-                filter_size=config.sg3_filter_size, magnitude_ema_beta=config.sg3_magnitude_ema_beta)
+                filter_size=config.sg3_filter_size, magnitude_ema_beta=config.sg3_magnitude_ema_beta,
+                implementation=implementation, compute_dtype=dtype, clamp=conv_clamp if dtype is not None else None)
         self.num_ws = num_layers + 2
 
     @property
     def layout(self) -> StyleLayout:
         return StyleLayout(tuple(self.layers), tuple(layer.in_channels for layer in self.layers.values()))
+
+    def set_implementation(self, implementation: str) -> None:
+        """Switch every layer to another ops implementation (weights unchanged)."""
+        self.implementation = ops.check_implementation(implementation)
+        for layer in self.layers.values():
+            layer.implementation = implementation
 
     def noise_buffers(self) -> "OrderedDict[str, torch.Tensor]":
         """StyleGAN3 has no noise inputs: always empty."""

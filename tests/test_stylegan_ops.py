@@ -1,0 +1,224 @@
+"""StyleGAN ops: the polyphase "fast" path against the step-by-step reference (forward, gradients, second order,
+forward-mode AD), the generator on each path, mixed precision, dispatch rules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anonpaper.models.stylegan import StyleGenerator, get_config, ops
+from anonpaper.models.stylegan.ops import fast, reference
+
+pytestmark = pytest.mark.unit
+
+TINY = ["sg2-tiny", "sg3t-tiny"]
+# (up, down, (pad_lo, pad_hi), taps): SG2 up/down/blur, SG3 up x2 / x4 with Kaiser-length filters, crops.
+RESAMPLING_CASES = [(2, 1, (2, 1), 4), (2, 1, (3, 2), 4), (1, 2, (1, 1), 4), (1, 1, (2, 1), 4), (2, 1, (9, 8), 12),
+                    (4, 1, (2, -1), 24), (1, 2, (6, 5), 12), (2, 2, (3, -1), 4), (4, 2, (5, 4), 8), (3, 2, (2, 2), 5)]
+
+
+@pytest.fixture(params=["matrices", "polyphase"])
+def fast_path(request, monkeypatch):
+    """Run a test on both fast formulations: dense resampling matrices (small images) and polyphase convs."""
+    if request.param == "polyphase":
+        monkeypatch.setattr(fast, "MATRIX_MAX_LENGTH", 0)
+        monkeypatch.setattr(fast, "POLYPHASE_FILTERED_LRELU", True)
+    return request.param
+
+
+def _random(*shape, seed=0, dtype=torch.float64):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+@pytest.mark.parametrize("up,down,pad,taps", RESAMPLING_CASES)
+def test_fast_upfirdn2d_matches_reference_with_gradients(up, down, pad, taps, fast_path):
+    x = _random(2, 3, 13, 11).requires_grad_(True)
+    f = torch.rand(taps, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    padding = (pad[0], pad[1], pad[1], pad[0])  # asymmetric on purpose: x and y paddings differ
+    expected = reference.upfirdn2d(x, f, up, down, padding, gain=up * up)
+    got = fast.upfirdn2d(x, f, up, down, padding, gain=up * up)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    cotangent = _random(*expected.shape, seed=2)
+    (grad_expected,) = torch.autograd.grad(expected, x, cotangent)
+    (grad_got,) = torch.autograd.grad(got, x, cotangent)
+    torch.testing.assert_close(grad_got, grad_expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("up,down,pad,taps", [(2, 1, (2, 1), 4), (1, 2, (1, 1), 4), (4, 2, (5, 4), 8)])
+def test_fast_upfirdn2d_second_order_and_jvp(up, down, pad, taps, fast_path):
+    """The adjoint backward is itself differentiable (R1 / path length) and forward-mode AD runs the op."""
+    x = _random(1, 2, 6, 7).requires_grad_(True)
+    f = torch.rand(taps, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    padding = (pad[0], pad[1], pad[0], pad[1])
+    function = lambda t: fast.upfirdn2d(t, f, up, down, padding, gain=up * up)  # noqa: E731
+    assert torch.autograd.gradcheck(function, (x,))
+    assert torch.autograd.gradgradcheck(function, (x,))
+    tangent = _random(*x.shape, seed=4)
+    _, jvp_out = torch.func.jvp(function, (x.detach(),), (tangent,))
+    torch.testing.assert_close(jvp_out, reference.upfirdn2d(tangent, f, up, down, padding, gain=up * up))
+
+
+def _alias_free_layers(name):
+    generator = StyleGenerator(get_config(name), seed=0).double()
+    return [(layer_name, layer) for layer_name, layer in generator.synthesis_network.layers.items()
+            if not layer.is_torgb]
+
+
+@pytest.mark.parametrize("name", ["sg3t-tiny", "sg3t-cpu64"])
+@pytest.mark.parametrize("clamp", [None, 0.3])
+def test_fast_filtered_lrelu_matches_reference_on_config_layers(name, clamp, fast_path):
+    """Every alias-free layer's (up, down, filters, padding) of the config, small batch, random inputs."""
+    for index, (layer_name, layer) in enumerate(_alias_free_layers(name)):
+        channels = 3
+        x = _random(2, channels, layer.in_size + 2, layer.in_size + 2, seed=index).requires_grad_(True)
+        bias = _random(channels, seed=100 + index).requires_grad_(True)
+        args = (layer.up_filter, layer.down_filter, bias, layer.up_factor, layer.down_factor, layer.padding)
+        expected = reference.filtered_lrelu(x, *args, clamp=clamp)
+        got = fast.filtered_lrelu(x, *args, clamp=clamp)
+        assert got.shape == expected.shape == (2, channels, layer.out_size, layer.out_size), layer_name
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12, msg=layer_name)
+        cotangent = _random(*expected.shape, seed=200 + index)
+        grads_expected = torch.autograd.grad(expected, (x, bias), cotangent)
+        grads_got = torch.autograd.grad(got, (x, bias), cotangent)
+        for a, b in zip(grads_got, grads_expected):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=layer_name)
+
+
+def test_filtered_lrelu_clamp_changes_result():
+    """The clamp is not a no-op (so the clamp comparison above can fail)."""
+    (_, layer) = _alias_free_layers("sg3t-tiny")[0]
+    x = _random(1, 2, layer.in_size + 2, layer.in_size + 2) * 5
+    args = (layer.up_filter, layer.down_filter, None, layer.up_factor, layer.down_factor, layer.padding)
+    assert not torch.allclose(fast.filtered_lrelu(x, *args), fast.filtered_lrelu(x, *args, clamp=0.3))
+
+
+@pytest.mark.parametrize("activation,gain,clamp", [("lrelu", 2 ** 0.5, None), ("lrelu", 2 ** 0.5, 0.5),
+                                                   ("linear", 1.0, None), ("linear", 3.0, 1.0)])
+def test_fast_bias_act_matches_reference(activation, gain, clamp):
+    x = _random(2, 4, 5, 5).requires_grad_(True)
+    bias = _random(4, seed=1).requires_grad_(True)
+    expected = reference.bias_act(x, bias, activation, gain, clamp)
+    got = fast.bias_act(x, bias, activation, gain, clamp)
+    torch.testing.assert_close(got, expected)
+    cotangent = _random(*x.shape, seed=2)
+    for a, b in zip(torch.autograd.grad(got, (x, bias), cotangent),
+                    torch.autograd.grad(expected, (x, bias), cotangent)):
+        torch.testing.assert_close(a, b)
+
+
+def _generator(name, implementation):
+    return StyleGenerator(get_config(name), seed=0, implementation=implementation)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_generator_fast_path_matches_reference_forward_and_gradients(name):
+    reference_g, fast_g = _generator(name, "reference"), _generator(name, "fast")
+    ws = reference_g.mapping(reference_g.sample_latents(3, seed=1)).detach()
+    noise = {"noise_mode": "random"} if name.startswith("sg2") else {}
+    with torch.no_grad():  # non-zero noise strengths so that the noise path is compared too
+        for g in (reference_g, fast_g):
+            for parameter_name, parameter in g.named_parameters():
+                if parameter_name.endswith("noise_strength") or parameter_name.endswith(".bias"):
+                    parameter.copy_(torch.full_like(parameter, 0.1))
+    outputs, grads = {}, {}
+    for tag, g in (("reference", reference_g), ("fast", fast_g)):
+        ws_ = ws.clone().requires_grad_(True)
+        image = g.synthesis(ws_, noise_generator=torch.Generator().manual_seed(5), **noise)
+        cotangent = _random(*image.shape, seed=7, dtype=image.dtype)
+        params = [p for _, p in sorted(g.synthesis_network.named_parameters())]
+        grads[tag] = torch.autograd.grad(image, [ws_] + params, cotangent)
+        outputs[tag] = image.detach()
+    scale = float(outputs["reference"].abs().max())
+    torch.testing.assert_close(outputs["fast"], outputs["reference"], rtol=1e-4, atol=1e-5 * scale)
+    for a, b in zip(grads["fast"], grads["reference"]):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4 * float(b.abs().max()) + 1e-7)
+
+
+@pytest.mark.parametrize("name", TINY)
+@pytest.mark.parametrize("implementation", ["reference", "fast"])
+def test_sspace_round_trip_is_bit_identical_on_each_path(name, implementation):
+    g = _generator(name, implementation)
+    ws = g.mapping(g.sample_latents(2, seed=3))
+    assert torch.equal(g.synthesis(ws), g.synthesis_from_styles(g.styles(ws)))
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_path_length_double_backward_runs_on_fast_path(name):
+    """R1 / path-length style second-order gradients through the generator agree between paths."""
+    results = []
+    for implementation in ("reference", "fast"):
+        g = _generator(name, implementation).double()
+        ws = g.mapping(g.sample_latents(2, seed=1).double()).detach().requires_grad_(True)
+        image = g.synthesis(ws)
+        (grad_ws,) = torch.autograd.grad((image * _random(*image.shape, seed=2)).sum(), ws, create_graph=True)
+        penalty = grad_ws.square().sum()
+        results.append(torch.autograd.grad(penalty, [p for _, p in sorted(g.named_parameters())],
+                                           allow_unused=True))
+    for a, b in zip(*results):
+        if b is None:
+            assert a is None
+            continue
+        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9 * float(b.abs().max()) + 1e-12)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_vmap_jvp_through_fast_generator_matches_reference(name):
+    """Jacobian columns d image / d s_k (paper 1's contribution scores) by vmap(jvp) on the fast path."""
+    from torch.func import jvp, vmap
+
+    columns = {}
+    for implementation in ("reference", "fast"):
+        g = _generator(name, implementation).double().requires_grad_(False)
+        codes = g.styles(g.mapping(g.sample_latents(1, seed=0).double())).detach()
+        flat = codes.flatten()
+        channels = torch.tensor([0, flat.shape[1] // 2, flat.shape[1] - 1])
+        tangents = torch.zeros(len(channels), 1, flat.shape[1], dtype=torch.float64)
+        tangents[torch.arange(len(channels)), 0, channels] = 1.0
+        columns[implementation] = vmap(
+            lambda t: jvp(lambda v: g.synthesis_from_styles(codes.with_flat(v)), (flat,), (t,))[1])(tangents)
+    assert columns["fast"].abs().max() > 0
+    torch.testing.assert_close(columns["fast"], columns["reference"], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_mixed_precision_bf16_stays_close_and_returns_float32(name):
+    full = _generator(name, "fast")
+    mixed = StyleGenerator(get_config(name), seed=0, mixed_precision="bf16", mixed_precision_resolutions=1)
+    reduced = [n for n, layer in mixed.synthesis_network.layers.items() if layer.compute_dtype is not None]
+    assert reduced and len(reduced) < len(mixed.synthesis_network.layers)  # only the highest resolutions
+    with torch.no_grad():
+        ws = full.mapping(full.sample_latents(2, seed=1))
+        a, b = full.synthesis(ws), mixed.synthesis(ws)
+    assert b.dtype == torch.float32 and torch.isfinite(b).all()
+    # bf16 keeps 8 bits of mantissa: about 1 % relative error per layer.
+    assert float((a - b).abs().max()) < 0.1 * float(a.abs().max())
+    assert not torch.equal(a, b)
+
+
+def test_dispatch_rules_and_input_validation(monkeypatch):
+    x = torch.zeros(1, 1, 4, 4)
+    assert ops.resolve_implementation("auto", x) == "fast"
+    assert ops.resolve_implementation("triton", x) == "fast"  # CPU tensors never go to Triton
+    assert ops.resolve_implementation("reference", x) == "reference"
+    monkeypatch.setenv(ops.ENVIRONMENT_VARIABLE, "reference")
+    assert ops.resolve_implementation("auto", x) == "reference"
+    monkeypatch.setenv(ops.ENVIRONMENT_VARIABLE, "cuda-please")
+    with pytest.raises(ValueError, match="ANONPAPER_STYLEGAN_IMPL"):
+        ops.resolve_implementation("auto", x)
+    monkeypatch.delenv(ops.ENVIRONMENT_VARIABLE)
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        StyleGenerator(get_config("sg2-tiny"), implementation="cuda")
+    with pytest.raises(ValueError, match="mixed_precision must be one of"):
+        StyleGenerator(get_config("sg2-tiny"), mixed_precision="fp8")
+    with pytest.raises(ValueError, match="padding must be"):
+        ops.upfirdn2d(x, torch.ones(2), padding=(1, 1))
+    with pytest.raises(ValueError, match="activation must be one of"):
+        ops.bias_act(x, None, activation="relu")
+
+
+def test_set_implementation_switches_every_layer():
+    g = _generator("sg3t-tiny", "fast")
+    g.set_implementation("reference")
+    assert g.implementation == "reference"
+    assert all(layer.implementation == "reference" for layer in g.synthesis_network.layers.values())
