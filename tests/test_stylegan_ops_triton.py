@@ -20,11 +20,15 @@ pytestmark = pytest.mark.unit
 # Runs in a fresh interpreter: Triton decides between compiled and interpreted kernels when it is imported, so
 # TRITON_INTERPRET=1 must be set before anything imports it. Prints one JSON dict of max abs errors.
 _INTERPRETER_SCRIPT = r"""
-import json, torch
+import json, os, torch
 from anonpaper.models.stylegan.ops import reference, triton_ops as T
 
+DEVICE = os.environ.get("OPS_TEST_DEVICE", "cpu")
+if DEVICE == "cuda":  # fp32 means fp32: no TF32 in the reference's convolutions
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+
 def rand(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
 
 def err(a, b):
     return float((a - b).detach().abs().max())
@@ -33,7 +37,7 @@ out = {}
 for up, down, pad, taps in [(2, 1, (2, 1), 4), (1, 2, (1, 1), 4), (2, 2, (3, -1), 4), (4, 2, (5, 4), 8),
                             (1, 1, (2, 1), 4)]:
     x = rand(2, 3, 7, 9).requires_grad_(True)
-    f = torch.rand(taps, generator=torch.Generator().manual_seed(1))
+    f = torch.rand(taps, generator=torch.Generator().manual_seed(1)).to(DEVICE)
     padding = (pad[0], pad[1], pad[1], pad[0])
     a = reference.upfirdn2d(x, f, up, down, padding, gain=up * up)
     b = T.upfirdn2d(x, f, up, down, padding, gain=up * up)
@@ -57,7 +61,8 @@ for activation, gain, clamp in [("lrelu", 2 ** 0.5, None), ("lrelu", 2 ** 0.5, 0
     out[f"bias_act {activation} clamp{clamp}"] = [True, err(a, b), max(err(ga[0], gb[0]), err(ga[1], gb[1])),
                                                   err(sa, sb)]
 for clamp in [None, 0.4]:
-    up_filter, down_filter = torch.tensor([0.1, 0.4, 0.4, 0.1]), torch.tensor([0.2, 0.3, 0.3, 0.2])
+    up_filter = torch.tensor([0.1, 0.4, 0.4, 0.1], device=DEVICE)
+    down_filter = torch.tensor([0.2, 0.3, 0.3, 0.2], device=DEVICE)
     x = rand(2, 3, 6, 6).requires_grad_(True)
     bias = rand(3, seed=1).requires_grad_(True)
     args = (up_filter, down_filter, bias, 2, 2, (3, 2, 3, 2))
@@ -71,13 +76,17 @@ print("RESULT" + json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def interpreter_errors():
-    """Max abs errors of every Triton op vs the reference, computed by the kernels under TRITON_INTERPRET=1."""
+def _op_errors(device: str) -> dict:
+    """Max abs errors of every Triton op vs the reference, from a fresh interpreter: on ``cpu`` the kernels run
+    under TRITON_INTERPRET=1, on ``cuda`` compiled for the GPU."""
     pytest.importorskip("triton")
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join(
+    env = dict(os.environ, OPS_TEST_DEVICE=device, PYTHONPATH=os.pathsep.join(
         [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
     run = subprocess.run([sys.executable, "-c", _INTERPRETER_SCRIPT], env=env, capture_output=True, text=True,
                          timeout=600)
     lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT")]
@@ -87,6 +96,12 @@ def interpreter_errors():
             pytest.skip(f"Triton interpreter unavailable here: {message[0]}")
         raise AssertionError(f"interpreter run failed: {run.stderr[-3000:]}")
     return json.loads(lines[0][len("RESULT"):])
+
+
+@pytest.fixture(scope="module", params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def interpreter_errors(request):
+    """The op errors under the interpreter (CPU) and, where a GPU is present, as compiled CUDA kernels."""
+    return _op_errors(request.param)
 
 
 def test_triton_upfirdn2d_matches_reference_forward_and_backward(interpreter_errors):
