@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         new_file = not args.output.exists()
         with open(args.output, "a", newline="") as stream:
-            writer = csv.DictWriter(stream, fieldnames=FIELDS)
+            writer = csv.DictWriter(stream, fieldnames=FIELDS, lineterminator="\n")
             if new_file:
                 writer.writeheader()
             for name in args.configs:
