@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -142,6 +143,40 @@ def test_kernel_shutdown_sends_no_interrupt(manager):
         assert transport == "ipc" and signals.SIGINT not in sent
     else:
         assert transport == "tcp" and signals.SIGINT in sent
+
+
+def test_side_by_side_kernels_keep_their_own_sockets(tmp_path, monkeypatch):
+    """Two runs started at once (two `anonpaper run` in one folder) must not share IPC sockets: jupyter_client's
+    default prefix was `kernel-ipc` in the working directory, so both kernels bound the same files and each
+    client read the other's messages (`Invalid Signature`). Each kernel here answers with its own value."""
+    import asyncio
+
+    from anonpaper.runner.execute import QuietKernelManager
+
+    monkeypatch.chdir(tmp_path)
+
+    async def session():
+        kernels = [QuietKernelManager(kernel_name="python3") for _ in range(2)]
+        await asyncio.gather(*(kernel.start_kernel() for kernel in kernels))
+        answers = []
+        try:
+            for index, kernel in enumerate(kernels):
+                client = kernel.client()
+                client.start_channels()
+                await client.wait_for_ready(timeout=60)
+                reply = await client.execute_interactive(f"print('kernel', {index})", timeout=60,
+                                                         output_hook=lambda msg: answers.append(
+                                                             msg["content"].get("text", "")))
+                assert reply["content"]["status"] == "ok"
+                client.stop_channels()
+        finally:
+            await asyncio.gather(*(kernel.shutdown_kernel() for kernel in kernels))
+        return [kernel.ip for kernel in kernels], answers
+
+    prefixes, answers = asyncio.run(session())
+    assert prefixes[0] != prefixes[1] and not any(Path(p).parent == tmp_path for p in prefixes)
+    assert "".join(answers).split() == ["kernel", "0", "kernel", "1"]
+    assert not list(tmp_path.glob("kernel-ipc*"))
 
 
 @pytest.mark.parametrize("arguments, expected", [

@@ -21,6 +21,7 @@ import json
 import os
 import time
 import traceback
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -68,6 +69,15 @@ class QuietKernelManager(AsyncKernelManager):
 
     def __init__(self, **kwargs: Any):
         kwargs.setdefault("transport", "ipc" if _ipc_paths_fit() else "tcp")
+        if kwargs["transport"] == "ipc" and "ip" not in kwargs:
+            # jupyter_client's default IPC prefix is "kernel-ipc" in the working directory whenever the connection
+            # file is not named yet, so two runs started side by side would bind the same sockets and read each
+            # other's messages ("Invalid Signature"). A per-kernel prefix in the runtime directory keeps them apart.
+            from jupyter_core.paths import jupyter_runtime_dir
+
+            runtime = Path(jupyter_runtime_dir())
+            runtime.mkdir(parents=True, exist_ok=True)
+            kwargs["ip"] = str(runtime / f"kernel-{uuid.uuid4()}-ipc")
         super().__init__(**kwargs)
 
     async def _async_interrupt_kernel(self) -> None:
