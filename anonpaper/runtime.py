@@ -13,9 +13,10 @@ import os
 import platform
 import random
 import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -135,6 +136,44 @@ def package_source_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+def _module_file(name: str) -> Path | None:
+    """The source file of package module ``name`` (dotted, e.g. ``anonpaper.metrics.privacy``) in this checkout."""
+    parts = name.split(".")
+    if parts[0] != PACKAGE_DIR.name:
+        return None
+    base = PACKAGE_DIR.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def module_source_hashes(names: Iterable[str] | None = None) -> dict[str, str]:
+    """Source hash of each package module: of ``names``, or of every ``anonpaper`` module imported in this process.
+
+    A results record keeps these for the modules its run used, so the book can tell whether the code behind a
+    chapter changed (and which module) rather than whether anything in the package changed.
+
+    Args:
+        names: Dotted module names; None takes the package's modules in ``sys.modules``.
+
+    Returns:
+        ``{name: 16 hex digits}``, sorted by name; ``""`` for a module whose source file no longer exists.
+
+    Example:
+        >>> hashes = module_source_hashes(["anonpaper.runtime", "anonpaper.gone"])
+        >>> len(hashes["anonpaper.runtime"]), hashes["anonpaper.gone"]
+        (16, '')
+    """
+    if names is None:
+        names = [name for name in sys.modules if name == PACKAGE_DIR.name or name.startswith(PACKAGE_DIR.name + ".")]
+    hashes = {}
+    for name in sorted(set(names)):
+        path = _module_file(name)
+        hashes[name] = hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path is not None else ""
+    return hashes
+
+
 @lru_cache(maxsize=1)
 def git_sha() -> str | None:
     """The git commit of the checkout the package lives in (with ``-dirty`` when modified), or None."""
@@ -173,6 +212,7 @@ def environment_info() -> dict[str, Any]:
         "versions": versions(),
         "git_sha": git_sha(),
         "package_source_hash": package_source_hash(),
+        "package_modules": module_source_hashes(),
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "torch_threads": torch.get_num_threads(),

@@ -233,7 +233,8 @@ def test_book_builds_strictly_with_claims_ledger(fixture_project):
     assert "Built at profile" in chapter and "older package code" not in chapter
 
 
-def _fake_run(folder, name, started, status="ok", package_hash=None, error=None, git="0123456789abcdef"):
+def _fake_run(folder, name, started, status="ok", package_hash=None, error=None, git="0123456789abcdef",
+              modules=None):
     """Write a hand-made record (and, for a success, a titled notebook) as `anonpaper run` would."""
     from anonpaper.runtime import package_source_hash
 
@@ -246,6 +247,8 @@ def _fake_run(folder, name, started, status="ok", package_hash=None, error=None,
               "notebook": str(folder / f"{name}{suffix}.ipynb"), "error": error,
               "environment": {"git_sha": git, "device": "cpu", "device_name": "cpu",
                               "package_source_hash": package_hash or package_source_hash()}}
+    if modules is not None:
+        record["environment"]["package_modules"] = modules
     (folder / f"{name}{suffix}.json").write_text(json.dumps(record))
     notebook = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
         {"cell_type": "markdown", "metadata": {}, "source": [f"# Chapter {name}\n", "\n", "First paragraph.\n"]},
@@ -374,3 +377,32 @@ def test_claims_ledger_summarises_first_and_separates_paper_claims_from_phantom_
     assert "**Checks of the phantom cohorts**" in text.split("## Y")[0]
     assert "undecided (by design)" in text and "By design: built in" in text
     assert "ours" in text and "a: 0.5" in text
+
+
+def test_staleness_follows_the_modules_a_run_used(fixture_project, fake_jupyter_book):
+    """A record that lists its modules is marked only when one of those changed: new code elsewhere in the package
+    (another chapter landing) leaves it alone, even though the whole-package hash differs."""
+    from anonpaper.runner.book import build_results_book
+    from anonpaper.runtime import module_source_hashes
+
+    used = module_source_hashes(["anonpaper.runtime", "anonpaper.metrics.privacy"])
+    edited = dict(used, **{"anonpaper.metrics.privacy": "0" * 16})
+    results = fixture_project / "results" / "smoke"
+    _fake_run(results, "fixture_a", "2026-11-23T10:00:00+00:00", package_hash="feedfeedfeedfeed", modules=used)
+    _fake_run(results, "fixture_b", "2026-11-23T10:00:00+00:00", modules=edited)
+    messages = []
+    assert build_results_book(load_registry(fixture_project), "smoke", log=messages.append) == 0
+    book_src = fixture_project / "runs" / "results-smoke" / "book_src"
+    assert "older package code" not in _staged_markdown(book_src, "fixture_a")[1]
+    note = _staged_markdown(book_src, "fixture_b")[1]
+    assert "older package code" in note and "`anonpaper.metrics.privacy`" in note and "anonpaper.runtime" not in note
+    assert [m for m in messages if "older package code" in m] == [
+        "note: fixture_b's results come from older package code than this checkout; the chapter says so"]
+
+
+def test_records_list_the_package_modules_the_run_imported():
+    from anonpaper.runtime import environment_info
+
+    modules = environment_info()["package_modules"]
+    assert "anonpaper.runtime" in modules and len(modules["anonpaper.runtime"]) == 16
+    assert all(name.startswith("anonpaper") for name in modules)

@@ -30,7 +30,7 @@ import yaml
 from anonpaper.cache import atomic_write_bytes
 from anonpaper.runner.record import read_record
 from anonpaper.runner.studies import Registry
-from anonpaper.runtime import git_sha, package_source_hash
+from anonpaper.runtime import git_sha, module_source_hashes, package_source_hash
 
 CHAPTER_PREFIX = "chapters/"
 RESULTS_DIR = "results"
@@ -117,15 +117,49 @@ def chapter_notes(record: dict[str, Any], failed_record: dict[str, Any] | None, 
                      f"`{(error[0] if error else 'no error recorded')[:200]}`. This page shows the last successful "
                      f"run (started {record.get('started')})"
                      + (f"; the failed run is in `{failed_path}`." if failed_path else ".") + "\n```")
-    recorded_hash = (record.get("environment") or {}).get("package_source_hash")
-    if recorded_hash != current_package_hash:
+    environment = record.get("environment") or {}
+    changed = changed_modules(record)
+    if changed is None and environment.get("package_source_hash") != current_package_hash:
+        what = (f"package source hash `{environment.get('package_source_hash')}`, commit "
+                f"`{_short_commit(environment.get('git_sha'))}`; now `{current_package_hash}`")
+    elif changed:
+        shown = ", ".join(f"`{name}`" for name in changed[:6]) + (f" and {len(changed) - 6} more"
+                                                                   if len(changed) > 6 else "")
+        what = f"commit `{_short_commit(environment.get('git_sha'))}`; changed since: {shown}"
+    else:
+        what = ""
+    if what:
         notes.append("```{note}\n"
                      f"These results were computed by older package code than the code that built this book "
-                     f"(package source hash `{recorded_hash}`, commit "
-                     f"`{_short_commit((record.get('environment') or {}).get('git_sha'))}`; now "
-                     f"`{current_package_hash}`). Rerun the chapter to refresh them: "
+                     f"({what}). Rerun the chapter to refresh them: "
                      f"`anonpaper run {record.get('study')} --profile {record.get('profile')}`.\n```")
     return notes
+
+
+def changed_modules(record: dict[str, Any]) -> list[str] | None:
+    """The package modules a run used whose source has changed since (or gone), from its record.
+
+    Args:
+        record: A results record; its ``environment.package_modules`` holds the hash of every package module the
+            run had imported (:func:`anonpaper.runtime.module_source_hashes`).
+
+    Returns:
+        Sorted module names (empty when the run's code is unchanged), or None for a record without module
+        hashes (older records: the caller compares the whole-package hash instead).
+    """
+    recorded = (record.get("environment") or {}).get("package_modules")
+    if not recorded:
+        return None
+    current = module_source_hashes(recorded)
+    return sorted(name for name, digest in recorded.items() if current.get(name) != digest)
+
+
+def results_from_older_code(record: dict[str, Any], current_package_hash: str) -> bool:
+    """Whether the code behind a record has changed: its modules where the record lists them, else the package."""
+    changed = changed_modules(record)
+    if changed is None:
+        return (record.get("environment") or {}).get("package_source_hash") != current_package_hash
+    return bool(changed)
 
 
 def annotate_chapter(notebook: dict[str, Any], lines: list[str]) -> dict[str, Any]:
@@ -281,7 +315,7 @@ def build_book(registry: Registry, profile: str, runs_dir: Path | None = None,
         record = records[name]
         lines = [chapter_banner(record)] + chapter_notes(
             record, failed.get(name), current_hash, failed_path=f"{output_dir.name}/{name}.failed.ipynb")
-        if (record.get("environment") or {}).get("package_source_hash") != current_hash:
+        if results_from_older_code(record, current_hash):
             log(f"note: {name}'s results come from older package code than this checkout; the chapter says so")
         notebook = annotate_chapter(json.loads((output_dir / f"{name}.ipynb").read_text()), lines)
         (source / "chapters" / f"{name}.ipynb").write_text(json.dumps(notebook, indent=1))
