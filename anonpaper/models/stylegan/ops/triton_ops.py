@@ -222,7 +222,7 @@ def bias_act(x: torch.Tensor, bias: torch.Tensor | None = None, activation: str 
 # --------------------------------------------------------------------------------------------------------------
 
 TILE_SIZES = (16, 32, 64)  # candidate output tile sides (powers of two, >= tl.dot's minimum of 16)
-MAX_TILE_ELEMENTS = 128 * 64  # largest upsampled (or input) window per tile, in elements (register budget)
+MAX_TILE_ELEMENTS = 128 * 128  # largest upsampled (or input) window per tile, in elements (register budget)
 MAX_WINDOW = 128  # largest upsampled / input window side; longer filters take the fallback
 DOT_PRECISION = "ieee"  # fp32 products in fp32 (no TF32): results match the reference to ~1e-5
 # The fallback (double backward, filters too long for the tiles) recomputes through the fast PyTorch path in chunks
