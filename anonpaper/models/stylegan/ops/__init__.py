@@ -7,7 +7,8 @@ Three implementations of the same three operations (:func:`upfirdn2d`, :func:`bi
   polyphase depthwise convolutions otherwise), gains folded into filters, fused demodulation/bias; the default.
 * ``"triton"`` (:mod:`.triton_ops`): Triton GPU kernels, used only for CUDA tensors and only when asked for
   (``implementation="triton"`` or the environment variable ``ANONPAPER_STYLEGAN_IMPL=triton``); other tensors
-  go to ``"fast"``. Double backward through a Triton op falls back to the reference computation.
+  go to ``"fast"``. Double backward through a Triton op falls back to a PyTorch recomputation (the reference;
+  for ``filtered_lrelu`` the fast path, chunked by channels).
 
 ``resolve_implementation(name, tensor)`` maps ``"auto"`` (the default) to the environment's choice and
 ``"triton"`` on a non-CUDA tensor to ``"fast"``. The module imports without CUDA or Triton.

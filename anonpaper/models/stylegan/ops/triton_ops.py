@@ -11,15 +11,39 @@ CUDA tensors by :mod:`anonpaper.models.stylegan.ops`, or on CPU tensors under Tr
 * :func:`bias_act`: elementwise; backward is elementwise too (the sign of the output gives the leaky ReLU's
   slope, ``|y| == clamp`` marks clamped values). Second order (R1 / path length through it) falls back to the
   reference computation on the saved input.
-* :func:`filtered_lrelu`: for every output pixel, the ``down_taps ** 2`` upsampled samples it reads are computed
-  on the fly, each from the ``(up_taps / up) ** 2`` input samples of its polyphase component, activated, and
-  accumulated; the upsampled tensor never exists in memory. Backward recomputes the forward through the
-  fast PyTorch path in chunks of channels (so only one chunk's upsampled tensor exists at a time) and
-  differentiates it; with ``create_graph`` (double backward) that recomputation keeps its graph.
+* :func:`filtered_lrelu`: one program per (image, channel, output tile of TY x TX pixels). Along each axis the
+  input window a tile needs has a fixed length, and the resampling is a small dense matrix built on the host
+  (:func:`axis_tile_plan`): ``A`` (input window -> upsampled window: zero insertion, padding, up filter and its
+  gain) and ``D`` (upsampled window -> output tile: down filter, the activation gain and the decimation). Since
+  ``up`` divides ``down * TY``, every tile has the same phase, so one pair per axis serves all tiles; the
+  matrices depend only on (filters, up, down, low padding, tile) and are cached. The kernel loads the input
+  window ``X`` (bias added inside the image, zeros outside), computes ``U = A_y @ X @ A_x^T``, the leaky ReLU and
+  the clamp (``clamp / gain``: the gain rides on ``D``), and ``Y = D_y @ U @ D_x^T``: four ``tl.dot`` per tile,
+  in fp32 with ``input_precision="ieee"`` (fp16/bf16 inputs are converted on load; results are stored in the
+  input's dtype). The upsampled tensor never exists in memory. Tile sides are chosen from 16/32/64 by a
+  multiply-add count (:func:`choose_tiles`), windows padded to powers of two of at least 16 (``tl.dot``).
 
-Performance on GPU has not been measured yet (no GPU in the development session); the per-output formulation
-reads each input sample many times from cache instead of staging tiles in shared memory as NVIDIA's CUDA kernels
-do, so expect it to be memory-light rather than fastest.
+  Backward (first order) is the adjoint of the same structure on the same tiles: recompute ``U``
+  (pre-activation), ``G = D_y^T @ dY @ D_x``, multiply by the leaky ReLU slope and the clamp mask, and
+  ``dX = A_y^T @ G @ A_x``, added with ``tl.atomic_add`` into an fp32 buffer because neighbouring tiles' input
+  windows overlap. Float atomics make the backward **not bitwise deterministic on GPU** (the summation order
+  varies; the forward is deterministic). The bias gradient is the sum of ``dX`` over batch and pixels.
+
+  Fallbacks, both through :func:`.fast.filtered_lrelu` (which may materialise the upsampled tensor):
+  double backward (``create_graph=True``: a penalty differentiating through the generator; StyleGAN3 training
+  disables the path-length penalty and R1 only differentiates the discriminator) recomputes in chunks of
+  channels of at most :data:`FILTERED_LRELU_CHUNK_ELEMENTS` upsampled elements; and filters too long for the
+  tiles (a window above :data:`MAX_WINDOW` = 128 samples at every tile size, or ``up`` dividing no
+  ``tile * down``) run the fast path directly (:func:`filtered_lrelu_fits_tiles` tells which). StyleGAN3-T's layers
+  (12 taps up 2 / down 2, 24 taps up 4 / 12 taps down 2) fit 16 x 16 tiles.
+
+Tested (``tests/test_stylegan_ops_triton.py``) against the reference under the interpreter on CPU, to ~1e-7
+absolute in fp32, and by the same script compiled on CUDA when a GPU is present. Speed and memory of this
+tile kernel have not been measured in this repository yet (written in a session without GPU): measure with
+``benchmarks/probe_filtered_lrelu.py`` and ``benchmarks/bench_stylegan.py``. An earlier kernel of the same
+design was reported, on one H100 for sg3t-paper256, at 0.27 s and 5.6 GiB for a batch-4 synthesis forward +
+backward and 1.77 s / 42 GiB at batch 32 (fp32); these numbers are not from this code. The ``fast`` path
+needs more than 78 GiB at batch 32 (it materialises the upsampled tensor).
 """
 
 from __future__ import annotations
@@ -497,8 +521,9 @@ def filtered_lrelu(x: torch.Tensor, up_filter: torch.Tensor | None, down_filter:
     """Fused Triton filtered leaky ReLU; same contract as :func:`.reference.filtered_lrelu`.
 
     Runs the tile kernels when the filters fit (:func:`filtered_lrelu_fits_tiles`); otherwise (filters too long
-    for a 128-sample window at 16-sample tiles, ``up`` not dividing ``16 * down``, a missing filter or a
-    non-positive gain) it computes :func:`.fast.filtered_lrelu`, which may materialise the upsampled tensor.
+    for a 128-sample window at every tile size, ``up`` dividing no ``tile * down``) it computes
+    :func:`.fast.filtered_lrelu`, which may materialise the upsampled tensor; a missing filter or a
+    non-positive gain runs the reference.
     """
     padding = reference.check_padding(padding)
     up, down = int(up), int(down)
