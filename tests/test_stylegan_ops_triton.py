@@ -226,6 +226,25 @@ def test_tile_matrices_reproduce_upfirdn2d_on_impulses():
                                                rtol=1e-12, atol=1e-12)
 
 
+def test_sg3t_paper256_layers_fit_16px_tiles():
+    """Every filtered_lrelu layer of sg3t-paper256 (input side with the conv's 2 px, up/down, taps, padding) runs on
+    the tile kernels with 16 x 16 output tiles and windows of at most 64 x 64 (no fallback, no register blow-up)."""
+    pytest.importorskip("triton")
+    from anonpaper.models.stylegan.ops import fast
+    from anonpaper.models.stylegan.ops import triton_ops as T
+
+    for size, up, down, taps_up, taps_down, (pad_lo, pad_hi), out in [
+            (38, 2, 2, 12, 12, (9, 8), 36), (38, 4, 2, 24, 12, (-6, -9), 52), (150, 4, 2, 24, 12, (-6, -9), 276),
+            (278, 2, 2, 12, 12, (9, 8), 276), (278, 2, 2, 12, 12, (-11, -12), 256)]:
+        up_filter, down_filter = torch.full((taps_up,), 1 / taps_up), torch.full((taps_down,), 1 / taps_down)
+        padding = (pad_lo, pad_hi, pad_lo, pad_hi)
+        assert T.filtered_lrelu_fits_tiles((1, 1, size, size), up_filter, down_filter, up, down, padding)
+        choice = T.choose_tiles(fast._correlation_taps(up_filter, up * up), fast._correlation_taps(down_filter, 2.0),
+                                up, down, pad_lo, pad_lo, out, out)
+        tile_y, tile_x, plan_y, plan_x = choice
+        assert (tile_y, tile_x) == (16, 16) and max(plan_y[4], plan_y[5], plan_x[4], plan_x[5]) <= 64
+
+
 def test_triton_ops_refuse_cpu_tensors_without_interpreter():
     pytest.importorskip("triton")
     if os.environ.get("TRITON_INTERPRET") == "1":
