@@ -60,18 +60,69 @@ for activation, gain, clamp in [("lrelu", 2 ** 0.5, None), ("lrelu", 2 ** 0.5, 0
     sb = torch.autograd.grad((gb[0].square() * w).sum() + gb[1].square().sum(), g)[0]
     out[f"bias_act {activation} clamp{clamp}"] = [True, err(a, b), max(err(ga[0], gb[0]), err(ga[1], gb[1])),
                                                   err(sa, sb)]
-for clamp in [None, 0.4]:
-    up_filter = torch.tensor([0.1, 0.4, 0.4, 0.1], device=DEVICE)
-    down_filter = torch.tensor([0.2, 0.3, 0.3, 0.2], device=DEVICE)
-    x = rand(2, 3, 6, 6).requires_grad_(True)
-    bias = rand(3, seed=1).requires_grad_(True)
-    args = (up_filter, down_filter, bias, 2, 2, (3, 2, 3, 2))
+# filtered_lrelu: the StyleGAN3-T layer shapes in miniature (12-tap up 2 / down 2, 24-tap up 4 critically
+# sampled, their paddings) plus other factors, odd sizes, asymmetric and negative padding, clamp on/off.
+# (N, C, H, W, up, down, up taps, down taps, padding, clamp, bias, gain)
+FLRELU_CASES = [
+    (1, 2, 10, 10, 2, 2, 12, 12, (9, 8, 9, 8), None, True, 2 ** 0.5),
+    (1, 2, 11, 9, 2, 2, 12, 12, (9, 8, 9, 8), 0.3, True, 2 ** 0.5),
+    (1, 2, 14, 13, 4, 2, 24, 12, (-6, -9, -6, -9), None, True, 2 ** 0.5),
+    (1, 2, 9, 9, 4, 2, 24, 12, (6, 3, 6, 3), 0.5, True, 2 ** 0.5),
+    (1, 2, 12, 13, 2, 2, 12, 12, (1, 0, 1, 0), None, False, 2 ** 0.5),
+    (1, 1, 26, 27, 2, 2, 12, 12, (-11, -12, -11, -12), None, True, 2 ** 0.5),
+    (2, 2, 7, 8, 1, 1, 4, 4, (2, 1, 2, 1), None, True, 2 ** 0.5),
+    (1, 2, 7, 9, 2, 1, 6, 4, (3, 2, 1, 2), 0.4, False, 1.0),
+    (1, 2, 9, 8, 1, 2, 4, 6, (1, 1, 2, 0), None, True, 2 ** 0.5),
+    (1, 2, 8, 7, 4, 4, 8, 8, (5, 4, 3, 2), 0.2, True, 2.0),
+    (1, 2, 20, 19, 1, 4, 4, 16, (0, 0, 1, 2), None, True, 2 ** 0.5),
+    (1, 2, 6, 7, 4, 1, 16, 3, (7, 8, 8, 7), None, True, 2 ** 0.5),
+    (1, 1, 70, 12, 2, 2, 4, 4, (3, 2, 3, 2), 0.6, True, 2 ** 0.5),  # several tiles along y
+]
+for n, c, h, w, up, down, ku, kd, padding, clamp, has_bias, gain in FLRELU_CASES:
+    x = rand(n, c, h, w).requires_grad_(True)
+    bias = rand(c, seed=1).requires_grad_(True) if has_bias else None
+    up_filter, down_filter = rand(ku, seed=4).abs() + 0.1, rand(kd, seed=5).abs() + 0.1
+    up_filter, down_filter = up_filter / up_filter.sum(), down_filter / down_filter.sum()
+    args = (up_filter, down_filter, bias, up, down, padding, gain)
     a = reference.filtered_lrelu(x, *args, clamp=clamp)
     b = T.filtered_lrelu(x, *args, clamp=clamp)
     g = rand(*a.shape, seed=2)
-    ga, gb = torch.autograd.grad(a, (x, bias), g), torch.autograd.grad(b, (x, bias), g)
-    out[f"filtered_lrelu clamp{clamp}"] = [list(a.shape) == list(b.shape), err(a, b),
-                                           max(err(ga[0], gb[0]), err(ga[1], gb[1]))]
+    inputs = (x, bias) if has_bias else (x,)
+    ga, gb = torch.autograd.grad(a, inputs, g), torch.autograd.grad(b, inputs, g)
+    key = f"filtered_lrelu {n}x{c}x{h}x{w} up{up} down{down} taps{ku}/{kd} pad{padding} clamp{clamp} gain{gain:.2f}"
+    fits = T.filtered_lrelu_fits_tiles(x.shape, up_filter, down_filter, up, down, padding, gain)
+    out[key] = [list(a.shape) == list(b.shape), err(a, b), err(ga[0], gb[0]),
+                err(ga[1], gb[1]) if has_bias else 0.0, fits,
+                max(float(a.abs().max()), float(ga[0].abs().max()), 1.0)]
+# Half precision in, fp32 accumulation: against the fp32 reference on the same (rounded) input.
+x = rand(1, 2, 10, 11).half()
+up_filter, down_filter = torch.full((12,), 1 / 12, device=DEVICE), torch.full((12,), 1 / 12, device=DEVICE)
+a = reference.filtered_lrelu(x.float(), up_filter, down_filter, None, 2, 2, (9, 8, 9, 8))
+b = T.filtered_lrelu(x, up_filter, down_filter, None, 2, 2, (9, 8, 9, 8))
+out["filtered_lrelu_fp16"] = [b.dtype == torch.float16, err(a, b.float())]
+# Double backward (create_graph, as a penalty through the generator needs it): the chunked fast-path fallback.
+x = rand(1, 2, 10, 10).requires_grad_(True)
+bias = rand(2, seed=1).requires_grad_(True)
+up_filter, down_filter = torch.full((12,), 1 / 12, device=DEVICE), torch.full((12,), 1 / 12, device=DEVICE)
+second = []
+T.FILTERED_LRELU_CHUNK_ELEMENTS = 1500  # one channel per chunk here: the recomputation runs in two chunks
+for module in (reference, T):
+    y = module.filtered_lrelu(x, up_filter, down_filter, bias, 2, 2, (9, 8, 9, 8), clamp=0.5)
+    g = rand(*y.shape, seed=2).requires_grad_(True)
+    gx, gbias = torch.autograd.grad(y, (x, bias), g, create_graph=True)
+    w = rand(*x.shape, seed=3)
+    second.append(torch.autograd.grad((gx.square() * w).sum() + gbias.square().sum(), (g, x), allow_unused=True))
+out["filtered_lrelu_double_backward"] = [err(second[0][0], second[1][0])]
+# A filter too long for the tiles takes the fast-path fallback, with the same results.
+x = rand(1, 2, 6, 6).requires_grad_(True)
+long_filter = torch.full((301,), 1 / 301, device=DEVICE)
+short_filter = torch.full((4,), 0.25, device=DEVICE)
+a = reference.filtered_lrelu(x, long_filter, short_filter, None, 2, 1, (150, 150, 150, 150))
+b = T.filtered_lrelu(x, long_filter, short_filter, None, 2, 1, (150, 150, 150, 150))
+g = rand(*a.shape, seed=2)
+out["filtered_lrelu_long_filter"] = [
+    T.filtered_lrelu_fits_tiles(x.shape, long_filter, short_filter, 2, 1, (150, 150, 150, 150)), err(a, b),
+    err(torch.autograd.grad(a, x, g)[0], torch.autograd.grad(b, x, g)[0])]
 print("RESULT" + json.dumps(out))
 """
 
@@ -123,12 +174,76 @@ def test_triton_bias_act_matches_reference_first_and_second_order(interpreter_er
 
 
 def test_triton_filtered_lrelu_matches_reference(interpreter_errors):
-    """Fused kernel (no upsampled tensor) on a small layer: up 2, down 2, 4-tap filters (interpreter speed)."""
-    cases = {k: v for k, v in interpreter_errors.items() if k.startswith("filtered_lrelu")}
-    assert len(cases) == 2
-    for key, (same_shape, forward, backward) in cases.items():
-        assert same_shape, key
-        assert forward < 5e-5 and backward < 5e-5, (key, forward, backward)  # fp32, gains up to 16
+    """Tile kernels (no upsampled tensor in memory) on StyleGAN3-T layer shapes in miniature: forward, gradients of
+    the input and the bias; fp32 errors below 5e-5 relative to the largest value (filters sum to one)."""
+    cases = {k: v for k, v in interpreter_errors.items() if k.startswith("filtered_lrelu ")}
+    assert len(cases) >= 12
+    for key, (same_shape, forward, grad_x, grad_bias, fits, scale) in cases.items():
+        assert same_shape and fits, key
+        assert max(forward, grad_x, grad_bias) < 5e-5 * scale, (key, forward, grad_x, grad_bias, scale)
+
+
+def test_triton_filtered_lrelu_half_precision_double_backward_and_fallback(interpreter_errors):
+    is_half, error = interpreter_errors["filtered_lrelu_fp16"]
+    assert is_half and error < 2e-2, error  # fp16 output rounding of values of order one
+    assert interpreter_errors["filtered_lrelu_double_backward"][0] < 1e-4
+    fits, forward, backward = interpreter_errors["filtered_lrelu_long_filter"]
+    assert not fits  # a 301-tap filter needs a 160-sample input window (> 128): the fast path runs
+    assert forward < 1e-5 and backward < 1e-5, (forward, backward)
+
+
+def test_tile_matrices_reproduce_upfirdn2d_on_impulses():
+    """Tiles of ``D @ A @ window`` (and ``A @ window``) put together give the reference upfirdn2d of 1-D impulses,
+    for the SG3 shapes and odd ones (pure PyTorch: no kernel launch)."""
+    pytest.importorskip("triton")
+    from anonpaper.models.stylegan.ops import fast, reference
+    from anonpaper.models.stylegan.ops import triton_ops as T
+
+    for up, down, ku, kd, pad_lo, pad_hi, length in [(2, 2, 12, 12, 9, 8, 13), (4, 2, 24, 12, -6, -9, 17),
+                                                    (2, 1, 5, 3, 3, 0, 9), (1, 4, 4, 16, 2, 1, 40)]:
+        fu = torch.rand(ku, generator=torch.Generator().manual_seed(ku), dtype=torch.float64)
+        fd = torch.rand(kd, generator=torch.Generator().manual_seed(kd), dtype=torch.float64)
+        up_taps, down_taps = fast._correlation_taps(fu, up * up), fast._correlation_taps(fd, 2.0)
+        for tile in T.TILE_SIZES:
+            matrix_a, matrix_d, start, step, _, n_pad = T.axis_tile_plan(up_taps, down_taps, up, down, pad_lo, tile)
+            for k in range(length):
+                # A 2-D impulse at (k, k): the reference output is the outer product of the 1-D responses.
+                impulse = torch.zeros(1, 1, length, length, dtype=torch.float64)
+                impulse[..., k, k] = 1
+                u_ref = reference.upfirdn2d(impulse, fu, up=up, padding=(pad_lo, pad_hi) * 2, gain=up * up)[0, 0]
+                y_ref = reference.upfirdn2d(u_ref[None, None], fd, down=down, gain=2.0)[0, 0]
+                u_parts, y_parts = [], []
+                for t in range(-(-y_ref.shape[-1] // tile)):
+                    index = start + t * step + torch.arange(n_pad)
+                    window = (index == k).to(torch.float64)  # the impulse seen through this tile's input window
+                    u = matrix_a @ window
+                    count = min(down * (tile - 1) + kd, u_ref.shape[-1] - down * tile * t)
+                    u_parts.append((down * tile * t, u[:count]))
+                    y_parts.append(matrix_d @ u)
+                y = torch.cat(y_parts)[:y_ref.shape[-1]]
+                torch.testing.assert_close(torch.outer(y, y), y_ref, rtol=1e-12, atol=1e-12)
+                for m0, u in u_parts:
+                    torch.testing.assert_close(torch.outer(u, u), u_ref[m0:m0 + u.numel(), m0:m0 + u.numel()],
+                                               rtol=1e-12, atol=1e-12)
+
+
+def test_sg3t_paper256_layers_fit_16px_tiles():
+    """Every filtered_lrelu layer of sg3t-paper256 (input side with the conv's 2 px, up/down, taps, padding) runs on
+    the tile kernels with 16 x 16 output tiles and windows of at most 64 x 64 (no fallback, no register blow-up)."""
+    pytest.importorskip("triton")
+    from anonpaper.models.stylegan.ops import fast
+    from anonpaper.models.stylegan.ops import triton_ops as T
+
+    for size, up, down, taps_up, taps_down, (pad_lo, pad_hi), out in [
+            (38, 2, 2, 12, 12, (9, 8), 36), (38, 4, 2, 24, 12, (-6, -9), 52), (150, 4, 2, 24, 12, (-6, -9), 276),
+            (278, 2, 2, 12, 12, (9, 8), 276), (278, 2, 2, 12, 12, (-11, -12), 256)]:
+        up_filter, down_filter = torch.full((taps_up,), 1 / taps_up), torch.full((taps_down,), 1 / taps_down)
+        padding = (pad_lo, pad_hi, pad_lo, pad_hi)
+        assert T.filtered_lrelu_fits_tiles((1, 1, size, size), up_filter, down_filter, up, down, padding)
+        choice = T.choose_tiles(fast._correlation_taps(up_filter, up * up), fast._correlation_taps(down_filter, 2.0),
+                                up, down, pad_lo, pad_lo, out, out)
+        tile_y, tile_x, plan_y, plan_x = choice
+        assert (tile_y, tile_x) == (16, 16) and max(plan_y[4], plan_y[5], plan_x[4], plan_x[5]) <= 64
 
 
 def test_triton_ops_refuse_cpu_tensors_without_interpreter():
