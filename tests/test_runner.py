@@ -406,3 +406,22 @@ def test_records_list_the_package_modules_the_run_imported():
     modules = environment_info()["package_modules"]
     assert "anonpaper.runtime" in modules and len(modules["anonpaper.runtime"]) == 16
     assert all(name.startswith("anonpaper") for name in modules)
+
+
+def test_chapter_banner_keeps_cell_ids_unique():
+    """Splitting the title cell once copied its id and left the banner without one: nbformat then warned
+    (`DuplicateCellId`, `MissingIDFieldWarning`) on every chapter of the book build."""
+    import warnings
+
+    import nbformat
+
+    from anonpaper.runner.book import annotate_chapter
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_markdown_cell("# Title\n\nFirst paragraph."), nbformat.v4.new_code_cell("1")]
+    annotated = annotate_chapter(json.loads(nbformat.writes(notebook)), ["*banner*"])
+    ids = [cell["id"] for cell in annotated["cells"]]
+    assert len(ids) == 4 and len(set(ids)) == 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nbformat.validate(nbformat.reads(json.dumps(annotated), as_version=4))

@@ -176,6 +176,8 @@ def annotate_chapter(notebook: dict[str, Any], lines: list[str]) -> dict[str, An
     block = "\n\n".join(lines)
     cells = list(notebook.get("cells", []))
     inserted = {"cell_type": "markdown", "metadata": {"tags": ["anonpaper-banner"]}, "source": block}
+    if "id" in next(iter(cells), {}):  # nbformat >= 4.5 wants a unique id on every cell
+        inserted["id"] = "anonpaper-banner"
     for position, cell in enumerate(cells):
         if cell.get("cell_type") != "markdown":
             continue
@@ -187,7 +189,10 @@ def annotate_chapter(notebook: dict[str, Any], lines: list[str]) -> dict[str, An
         head, tail = "".join(text_lines[:title + 1]), "".join(text_lines[title + 1:])
         new_cells = [{**cell, "source": head}, inserted]
         if tail.strip():
-            new_cells.append({**cell, "source": tail.lstrip("\n"), "metadata": {}})
+            rest = {**cell, "source": tail.lstrip("\n"), "metadata": {}}
+            if "id" in cell:
+                rest["id"] = f"{cell['id']}-text"
+            new_cells.append(rest)
         cells[position:position + 1] = new_cells
         return {**notebook, "cells": cells}
     return {**notebook, "cells": [inserted, *cells]}
