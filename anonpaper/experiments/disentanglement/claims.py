@@ -60,14 +60,8 @@ def disease_check(outcome: Outcome, cohort: str, majority: float) -> str | None:
                                f"{100 * majority:.1f} %: {text}")
 
 
-def evaluate_claims(outcome: Outcome, num_identities: dict[str, int], majority: dict[str, float]) -> list[Claim]:
-    """The chapter's claims, each decided from our numbers.
-
-    Args:
-        outcome: The run.
-        num_identities: Cohort -> identity classes (for the multi-class chance rate).
-        majority: Cohort -> majority-class rate of the test set's disease labels.
-    """
+def evaluate_claims(outcome: Outcome) -> list[Claim]:
+    """The chapter's claims, each decided from our numbers."""
     config = outcome.config
     claims: list[Claim] = []
     rests_on_identity: dict[str, list[str]] = {key: [] for key in COHORT_LABELS}
@@ -216,8 +210,10 @@ def evaluate_claims(outcome: Outcome, num_identities: dict[str, int], majority: 
                   "anonymised rank1": round(100 * full_row["rank1"], 2)},
             holds=holds, reason=f"original - anonymised rank-1: {text}", **size))
 
-    num_checks = {cohort: identity_check(outcome, cohort, num_identities.get(cohort)) for cohort in COHORT_LABELS}
-    disease_checks = {cohort: disease_check(outcome, cohort, majority[cohort]) for cohort in COHORT_LABELS}
+    info = outcome.cohort_info
+    num_checks = {cohort: identity_check(outcome, cohort, int(info[cohort]["num_identities"]))
+                  for cohort in COHORT_LABELS}
+    disease_checks = {cohort: disease_check(outcome, cohort, info[cohort]["majority"]) for cohort in COHORT_LABELS}
     decided = []
     for claim in claims:
         cohort = claim.id.split("-")[0]

@@ -533,6 +533,8 @@ class Outcome:
         privacy: Explanation privacy / quality rows (cohort, strength, rank1, verification_tar,
             explanation_disease, retrieval_agreement).
         privacy_info: Cohort -> {"threshold", "chance_rank1", "query_rank1"}.
+        cohort_info: Cohort -> {"num_identities", "majority"} (identity classes; majority-class rate of the test
+            set's disease labels), for the instrument checks of the claims.
         examples: Cohort -> label -> uint8 images (N, H, W).
         explanations: Cohort -> label -> uint8 images (the query, the case and its anonymised versions).
         training: One row per network (network, cached, best_epoch, seconds).
@@ -547,6 +549,7 @@ class Outcome:
     table5: pd.DataFrame
     privacy: pd.DataFrame
     privacy_info: dict[str, dict[str, float]]
+    cohort_info: dict[str, dict[str, float]]
     examples: dict[str, dict[str, np.ndarray]]
     explanations: dict[str, dict[str, np.ndarray]]
     training: pd.DataFrame
@@ -617,6 +620,10 @@ def run_experiment(data: dict[str, DatasetArrays], config: Config, device: torch
                       **reconstruction_scores(model, data["cxr"], config)})
     return Outcome(table2=pd.concat(table2, ignore_index=True), table3=pd.concat(table3, ignore_index=True),
                    table4=pd.DataFrame(rows4), table5=pd.DataFrame(rows5),
-                   privacy=pd.concat(privacy, ignore_index=True), privacy_info=info, examples=examples,
+                   privacy=pd.concat(privacy, ignore_index=True), privacy_info=info,
+                   cohort_info={key: {"num_identities": data[key].num_identities,
+                                      "majority": float(max(np.mean(data[key].disease["test"]),
+                                                            1 - np.mean(data[key].disease["test"])))}
+                                for key in DATASETS}, examples=examples,
                    explanations=explanations, training=pd.DataFrame(training), config=config,
                    seconds=time.perf_counter() - started, histories=histories)
