@@ -120,3 +120,21 @@ def decode_vectors(model: DisentangleModel, medical: torch.Tensor, identity: tor
             outputs.append(model.decode(*parts).float().cpu())
     model.train(was_training)
     return torch.cat(outputs)
+
+
+def anonymise(model: DisentangleModel, medical: torch.Tensor, identity: torch.Tensor, other: torch.Tensor,
+              replacement: torch.Tensor, strength: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode the medical and other vectors with the identity moved towards ``replacement`` by ``strength``.
+
+    Args:
+        model: The disentanglement network.
+        medical, identity, other: The images' vectors ``(N, D_k)`` (from the encoder).
+        replacement: New identity vectors ``(N, D_id)`` (:func:`new_identities`).
+        strength: 1 = the paper's anonymisation (the identity replaced), 0 = a plain reconstruction.
+
+    Returns:
+        (images ``(N, C, H, W)`` in ``[-1, 1]``, the identity vectors that were decoded); the medical and other
+        vectors are decoded unchanged.
+    """
+    new_identity = blend_identities(identity, replacement, strength)
+    return decode_vectors(model, medical, new_identity, other), new_identity

@@ -90,7 +90,8 @@ def differentiable_psnr(first: torch.Tensor, second: torch.Tensor) -> torch.Tens
 
 def realism_loss(real: torch.Tensor, fake: torch.Tensor, fake_logits: torch.Tensor | None, alpha: float = 48.0,
                  terms: tuple[str, ...] = REALISM_TERMS) -> torch.Tensor:
-    """Eq. 3: ``-log C_real(fake) + (1 - SSIM(real, fake)) + (1 - PSNR(real, fake) / alpha)``, batch mean.
+    """Eq. 3: ``-log C_real(fake) + (1 - SSIM(real, fake)) + (1 - min(PSNR(real, fake), alpha) / alpha)``, batch
+    mean (PSNR is capped at the threshold ``alpha``, so a near-perfect reconstruction cannot drive the term negative).
 
     Args:
         real: Originals ``(N, C, H, W)`` in ``[-1, 1]``.
@@ -110,7 +111,8 @@ def realism_loss(real: torch.Tensor, fake: torch.Tensor, fake_logits: torch.Tens
     if "ssim" in terms:
         total = total + (1.0 - ssim(to_unit(fake), to_unit(real), reduction="none")).mean()
     if "psnr" in terms:
-        total = total + (1.0 - differentiable_psnr(to_unit(fake), to_unit(real)) / alpha).mean()
+        # alpha is the paper's "threshold": PSNR above it earns nothing more, so the term stays in [0, 1].
+        total = total + (1.0 - differentiable_psnr(to_unit(fake), to_unit(real)).clamp(max=alpha) / alpha).mean()
     return total
 
 

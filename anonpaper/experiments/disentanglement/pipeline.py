@@ -38,8 +38,8 @@ import torch
 
 from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
-from anonpaper.methods.disentangle import (blend_identities, decode_vectors, identity_means, nearest_cases,
-                                           new_identities, to_uint8)
+from anonpaper.methods.disentangle import (anonymise, decode_vectors, identity_means, nearest_cases, new_identities,
+                                           to_uint8)
 from anonpaper.experiments.disentanglement.config import Config
 from anonpaper.metrics.classification import accuracy, macro_f1
 from anonpaper.metrics.identity import cross_pair_scores, reidentification_accuracy, select_threshold
@@ -386,7 +386,7 @@ def anonymisation_table(model: DisentangleModel, vaes: dict[str, IdentityVAE], a
     for label, (strategy, vae) in strategies.items():
         replacement = new_identities(len(images), strategy, seed=derive_seed(config.seed, "anonymise", arrays.key,
                                                                              label), vae=vae, training_means=means)
-        anonymised = decode_vectors(model, original.medical, replacement, original.other)
+        anonymised = anonymise(model, original.medical, original.identity, original.other, replacement)[0]
         examples[label] = to_uint8(anonymised[:4])
         encoded = Encoded.of(model, anonymised)
         tag = f"{arrays.key}-{label}"
@@ -483,9 +483,9 @@ def explanation_privacy(model: DisentangleModel, vae: IdentityVAE, attacker: tor
     rows, shown = [], {}
     versions: list[tuple[float, np.ndarray]] = [(float("nan"), train_images[case])]
     for strength in config.privacy_levels:
-        identity = blend_identities(train_vectors.identity[case], replacement, strength)
-        versions.append((strength, to_uint8(decode_vectors(model, train_vectors.medical[case], identity,
-                                                           train_vectors.other[case]))))
+        shown_case = anonymise(model, train_vectors.medical[case], train_vectors.identity[case],
+                               train_vectors.other[case], replacement, strength)[0]
+        versions.append((strength, to_uint8(shown_case)))
     for strength, explanation in versions:
         embeddings = _embed(attacker, explanation)
         similarity = cross_pair_scores(embeddings, gallery, kind="cosine")
