@@ -36,9 +36,10 @@ class Config(ChapterConfig):
                                               "Siamese variant: 512 each).")
     noise: float = parameter(0.1, "Standard deviation of the Gaussian noise on the vectors before decoding in "
                                   "training (the authors: 0.1).")
-    epochs: int = parameter(25, "Disentanglement-network epochs (the paper: 4,635 iris, 1,551 chest).")
-    batch_size: int = parameter(32, "Mini-batch size of the disentanglement network.")
-    lr: float = parameter(5e-4, "Adam learning rate (the paper: 2e-5 over thousands of epochs; short CPU schedules "
+    epochs: int = parameter(20, "Disentanglement-network epochs (the paper: 4,635 iris, 1,551 chest).")
+    batch_size: int = parameter(8, "Mini-batch size of the disentanglement network (small batches give a short CPU "
+                                      "schedule more updates per image).")
+    lr: float = parameter(1e-3, "Adam learning rate (the paper: 2e-5 over thousands of epochs; short CPU schedules "
                                 "need more).")
     both_swaps: bool = parameter(False, "Replace both the medical and the identity vector in every step (Eq. 1's "
                                         "sum); False replaces one at random with its term doubled (same expectation, "
@@ -51,7 +52,7 @@ class Config(ChapterConfig):
     vae_latent: tuple = parameter((16, 64), "Identity-VAE latent sizes, iris and chest (the authors: 16 and 64).")
     vae_epochs: int = parameter(150, "Identity-VAE epochs (the paper: 803 iris, 223 chest).")
     averaging: tuple = parameter((6, 12), "Numbers of training identities averaged by the baselines (plus 'all').")
-    ablation_epochs: int = parameter(10, "Epochs of every realism-loss ablation network (Table 4, iris); the "
+    ablation_epochs: int = parameter(8, "Epochs of every realism-loss ablation network (Table 4, iris); the "
                                          "fine-tuned variant adds half as many with the full loss.")
     size_fraction: float = parameter(0.5, "Share of the chest training set of the smaller network of Table 5 (the "
                                           "paper: 3,000 of 6,000 images).")
