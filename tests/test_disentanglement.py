@@ -255,3 +255,12 @@ def test_claims_undecided_on_small_sets_and_failed_instruments():
     claim = broken["iris-identity-replacement-identity"]
     assert claim.verdict == "undecided" and "identity recognition failed its check" in claim.reason
     assert broken["iris-plain-gan-lowers-ssim"].verdict == "holds"  # does not rest on identity recognition
+
+
+def test_identity_swap_claim_undecided_when_reconstructions_are_already_anonymous():
+    outcome = _outcome(n=100)
+    outcome.privacy.loc[outcome.privacy["strength"] == 0.0, "rank1"] = 0.03  # chance level
+    claims = {claim.id: claim for claim in evaluate_claims(outcome)}
+    swap = claims["iris-identity-swap-adds-privacy"]
+    assert swap.verdict == "undecided" and "already re-identified at chance" in swap.reason
+    assert claims["iris-anonymised-explanations-resist-reidentification"].verdict == "holds"

@@ -269,7 +269,7 @@ def disentangler_step(model: DisentangleModel, batch: tuple, weights: LossWeight
 
 
 def train_disentangler(model: DisentangleModel, train: dict[str, Any], val: dict[str, Any], settings: TrainSettings,
-                       weights: LossWeights) -> TrainResult:
+                       weights: LossWeights, discriminator_lr: float | None = None) -> TrainResult:
     """Train the disentanglement network; keep the epoch with the best validation score.
 
     Args:
@@ -278,8 +278,10 @@ def train_disentangler(model: DisentangleModel, train: dict[str, Any], val: dict
             index the identity classifier in the multi-class setting.
         val: The same for validation.
         settings: Epochs, batch size (default 32), Adam lr (default 2e-4; the paper 2e-5 over thousands of epochs),
-            seed, device, progress. The discriminator uses the same rate with betas (0.5, 0.999).
+            seed, device, progress.
         weights: :class:`LossWeights`.
+        discriminator_lr: The discriminator's Adam rate (betas 0.5, 0.999); None: the network's rate. A slower
+            discriminator keeps the adversarial term from swamping the reconstruction in short schedules.
 
     Returns:
         :class:`TrainResult`; ``history`` has the loss parts and ``val_ssim``, ``val_disease_accuracy``,
@@ -303,7 +305,8 @@ def train_disentangler(model: DisentangleModel, train: dict[str, Any], val: dict
     batch_size = settings.batch_size
     generator_parameters = [p for name, p in model.named_parameters() if not name.startswith("discriminator.")]
     optimizer = torch.optim.Adam(generator_parameters, lr=settings.lr, weight_decay=settings.weight_decay)
-    discriminator_optimizer = (torch.optim.Adam(model.discriminator.parameters(), lr=settings.lr, betas=(0.5, 0.999))
+    discriminator_optimizer = (torch.optim.Adam(model.discriminator.parameters(), lr=discriminator_lr or settings.lr,
+                                                betas=(0.5, 0.999))
                                if "adversarial" in weights.realism_terms else None)
     running: dict[str, list[float]] = {}
 

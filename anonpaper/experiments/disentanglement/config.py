@@ -41,6 +41,9 @@ class Config(ChapterConfig):
                                       "schedule more updates per image).")
     lr: float = parameter(1e-3, "Adam learning rate (the paper: 2e-5 over thousands of epochs; short CPU schedules "
                                 "need more).")
+    discriminator_lr: float = parameter(1e-4, "Adam learning rate of the discriminator (the paper: the network's; "
+                                              "a slower discriminator keeps the adversarial term from swamping the "
+                                              "reconstruction in short schedules).")
     both_swaps: bool = parameter(False, "Replace both the medical and the identity vector in every step (Eq. 1's "
                                         "sum); False replaces one at random with its term doubled (same expectation, "
                                         "half the cost).")
@@ -99,6 +102,7 @@ class Config(ChapterConfig):
             (isinstance(self.batch_size, int) and self.batch_size >= 2,
              f"BATCH_SIZE must be an integer >= 2, got {self.batch_size!r}"),
             (self.lr > 0, f"LR must be positive, got {self.lr!r}"),
+            (self.discriminator_lr > 0, f"DISCRIMINATOR_LR must be positive, got {self.discriminator_lr!r}"),
             (len(self.iris_weights) == 4 and all(w >= 0 for w in self.iris_weights),
              f"IRIS_WEIGHTS must be four non-negative numbers, got {self.iris_weights!r}"),
             (len(self.cxr_weights) == 4 and all(w >= 0 for w in self.cxr_weights),
@@ -127,7 +131,7 @@ class Config(ChapterConfig):
 
     def network_description(self, dataset: str) -> dict[str, Any]:
         """The fields that determine a disentanglement network of ``dataset`` ("iris" or "cxr"), for cache keys."""
-        names = ("image_size", "width", "noise", "batch_size", "lr", "both_swaps", "alpha", "seed")
+        names = ("image_size", "width", "noise", "batch_size", "lr", "discriminator_lr", "both_swaps", "alpha", "seed")
         description = {name: getattr(self, name) for name in names}
         description["dims"] = list(self.iris_dims if dataset == "iris" else self.cxr_dims)
         description["weights"] = list(self.iris_weights if dataset == "iris" else self.cxr_weights)

@@ -220,7 +220,7 @@ def train_network(arrays: DatasetArrays, config: Config, *, variant: str = "Augm
             TrainSettings(epochs=run_epochs, batch_size=config.batch_size, lr=config.lr,
                           seed=derive_seed(config.seed, "disentangler", arrays.key, variant, fraction),
                           device=device, progress=progress),
-            loss_weights(arrays, config, terms, augment))
+            loss_weights(arrays, config, terms, augment), discriminator_lr=config.discriminator_lr)
         return {"model": result.model.cpu(), "history": result.history, "best_epoch": result.best_epoch,
                 "seconds": time.perf_counter() - started}
 
@@ -459,7 +459,7 @@ def explanation_privacy(model: DisentangleModel, vae: IdentityVAE, attacker: tor
 
     Columns: ``rank1`` (the attacker's nearest original training image, the case's own image excluded, shows the
     case's identity), ``verification_tar`` (share of the case's other original images the attacker accepts as the
-    same identity at the threshold chosen on original validation pairs), ``explanation_disease`` (the disease
+    same identity at the threshold chosen on pairs of original test images), ``explanation_disease`` (the disease
     classifier reads the query's disease in the shown explanation), ``retrieval_agreement`` (the retrieved case's
     label is the query's; independent of the strength), each with a patient-bootstrap SE over queries.
     """
@@ -471,14 +471,15 @@ def explanation_privacy(model: DisentangleModel, vae: IdentityVAE, attacker: tor
     query_disease, patients = arrays.disease["test"], arrays.patients["test"]
     case_identity = arrays.identity["train"][case]
     retrieval = arrays.disease["train"][case] == query_disease
-    # The attacker's gallery: original training images; its threshold: F1-optimal on original validation pairs.
+    # The attacker's gallery: original training images. Its verification threshold: F1-optimal on pairs of original
+    # test images (held out from its training; the iris validation split has one image per identity, no pairs).
     gallery = _embed(attacker, train_images)
-    val_embeddings = _embed(attacker, arrays.images["val"])
-    val_scores = cross_pair_scores(val_embeddings, val_embeddings, kind="cosine")
-    upper = np.triu_indices(len(val_embeddings), k=1)
-    val_same = (arrays.identity["val"][:, None] == arrays.identity["val"][None, :])[upper]
-    threshold = (select_threshold(val_scores[upper], val_same.astype(int), higher_means_same=True)
-                 if 0 < val_same.sum() < len(val_same) else float("nan"))
+    held_out = _embed(attacker, arrays.images["test"])
+    held_out_scores = cross_pair_scores(held_out, held_out, kind="cosine")
+    upper = np.triu_indices(len(held_out), k=1)
+    held_out_same = (arrays.identity["test"][:, None] == arrays.identity["test"][None, :])[upper]
+    threshold = (select_threshold(held_out_scores[upper], held_out_same.astype(int), higher_means_same=True)
+                 if 0 < held_out_same.sum() < len(held_out_same) else float("nan"))
     replacement = new_identities(len(case), "vae", seed=derive_seed(config.seed, "explanations", arrays.key), vae=vae)
     rows, shown = [], {}
     versions: list[tuple[float, np.ndarray]] = [(float("nan"), train_images[case])]
@@ -494,7 +495,7 @@ def explanation_privacy(model: DisentangleModel, vae: IdentityVAE, attacker: tor
         hit = arrays.identity["train"][nearest] == case_identity
         same_gallery = arrays.identity["train"][None, :] == case_identity[:, None]
         same_gallery[np.arange(len(case)), case] = False
-        accepted = np.array([np.mean(row[mask] >= threshold) if mask.any() else np.nan
+        accepted = np.array([np.mean(row[mask] >= threshold) if mask.any() and np.isfinite(threshold) else np.nan
                              for row, mask in zip(similarity, same_gallery)])
         encoded = Encoded.of(model, image_tensor(explanation))
         agrees = disease_prediction(model, encoded) == query_disease
@@ -512,7 +513,7 @@ def explanation_privacy(model: DisentangleModel, vae: IdentityVAE, attacker: tor
     chance = float(np.mean([np.mean(arrays.identity["train"] == value) for value in case_identity]))
     return pd.DataFrame(rows), {"examples": shown, "threshold": threshold, "chance_rank1": chance,
                                 "query_rank1": reidentification_accuracy(
-                                    _embed(attacker, arrays.images["test"]), arrays.identity["test"], gallery,
+                                    held_out, arrays.identity["test"], gallery,
                                     arrays.identity["train"]) if arrays.key == "iris" else float("nan")}
 
 
