@@ -157,7 +157,8 @@ def vae_loss(identity: torch.Tensor, reconstruction: torch.Tensor, mean: torch.T
 def hinge_privacy(sampled: torch.Tensor, original: torch.Tensor, other: torch.Tensor,
                   margin: float = SIAMESE_MARGIN) -> torch.Tensor:
     """Eq. 7's privacy terms: ``max(0, m - d(E_id(I), D_vae(X))) + max(0, m - d(E_id(I_2), D_vae(X)))``."""
-    return (F.relu(margin - squared_distance(original, sampled)) + F.relu(margin - squared_distance(other, sampled))).mean()
+    return (F.relu(margin - squared_distance(original, sampled))
+            + F.relu(margin - squared_distance(other, sampled))).mean()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -127,13 +127,3 @@ def privacy_table(outcome: Outcome) -> pd.DataFrame:
     for column in columns.values():
         frame[column] = 100 * frame[column]
     return frame.set_index(["Cohort", "Shown explanation"])[list(columns.values())]
-
-
-def lookup(frame: pd.DataFrame, column: str, **where) -> float:
-    """The one value of ``column`` in the row matching ``where`` (column=value pairs)."""
-    selected = frame
-    for key, value in where.items():
-        selected = selected[selected[key] == value]
-    if len(selected) != 1:
-        raise ValueError(f"{len(selected)} rows match {where}")
-    return float(selected[column].iloc[0])

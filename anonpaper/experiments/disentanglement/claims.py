@@ -14,7 +14,7 @@ import numpy as np
 
 from anonpaper.experiments.claims import DECISION_Z, Claim, decide, instrument_failed
 from anonpaper.experiments.disentanglement.analysis import (COHORT_LABELS, PAPER_TABLE2, PAPER_TABLE3, PAPER_TABLE4,
-                                                            PAPER_TABLE5, lookup)
+                                                            PAPER_TABLE5)
 from anonpaper.experiments.disentanglement.pipeline import Outcome
 from anonpaper.metrics.statistics import sequence_falls
 

@@ -41,7 +41,7 @@ from anonpaper.data import load_cohort
 from anonpaper.methods.disentangle import (anonymise, decode_vectors, identity_means, nearest_cases, new_identities,
                                            to_uint8)
 from anonpaper.experiments.disentanglement.config import Config
-from anonpaper.metrics.classification import accuracy, macro_f1
+from anonpaper.metrics.classification import macro_f1
 from anonpaper.metrics.identity import cross_pair_scores, reidentification_accuracy, select_threshold
 from anonpaper.metrics.quality import ssim
 from anonpaper.metrics.statistics import patient_bootstrap_se
