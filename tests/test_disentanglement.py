@@ -101,9 +101,9 @@ def test_disentanglement_loss_by_hand():
 
 def test_siamese_and_privacy_losses_by_hand():
     identity = torch.zeros(1, 4)
-    same = torch.full((1, 4), 0.1)  # mean squared difference 0.01
-    far = torch.ones(1, 4)  # distance 1 > margin
-    near = torch.full((1, 4), 0.2)  # distance 0.04 < margin 0.1 -> hinge 0.06
+    same = torch.full((1, 4), 0.05)  # squared distance 4 * 0.0025 = 0.01
+    far = torch.ones(1, 4)  # distance 4 > margin
+    near = torch.full((1, 4), 0.1)  # distance 0.04 < margin 0.1 -> hinge 0.06
     assert float(siamese_identity_loss(identity, same, far, weight=5.0)) == pytest.approx(0.05)
     assert float(siamese_identity_loss(identity, same, near, weight=5.0)) == pytest.approx(0.05 + 0.06)
     assert float(hinge_privacy(near, identity, far)) == pytest.approx(0.06)

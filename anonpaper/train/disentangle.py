@@ -7,7 +7,7 @@ Disentanglement network (:func:`train_disentangler`), one step:
    the Siamese setting, ``I_same`` (another image of the original's identity);
 2. classification loss (Eq. 2; Siamese Eq. 6): ``lambda_med CE(C_med(E_med)) + lambda_id CE(C_id(E_id))``, or
    ``lambda_med CE + lambda_id d(E_id(I_ori), E_id(I_same)) + max(0, margin - d(E_id(I_ori), E_id(I_tar)))``
-   with ``d`` the mean squared difference of the vectors (Eq. 6 puts ``lambda_id`` on the first distance only);
+   with ``d`` the squared Euclidean distance of the vectors (Eq. 6 puts ``lambda_id`` on the first distance only);
 3. realism loss (Eq. 3) on the reconstruction ``D(E(I_ori))``: ``-log C_real(aug(rec)) + (1 - SSIM) +
    (1 - PSNR / alpha)`` (each term can be switched off for the ablation of Table 4; ``aug`` = random flips,
    brightness +-0.5 and a random crop, also switchable);
@@ -121,6 +121,16 @@ def squared_distance(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
     return (first - second).pow(2).mean(dim=1)
 
 
+def identity_distance(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """Squared Euclidean distance of identity vectors, per row (sum over entries): ``(N, D), (N, D) -> (N,)``.
+
+    The Siamese loss (Eq. 6), the privacy hinge (Eq. 7) and the same-identity threshold t compare it with 0.1 and
+    0.05. A mean over entries (as :func:`squared_distance`) made these margins unreachable for small vectors: the
+    identity vectors collapsed in our CPU runs.
+    """
+    return (first - second).pow(2).sum(dim=1)
+
+
 def disentanglement_loss(generated: tuple[torch.Tensor, ...], original: tuple[torch.Tensor, ...],
                          target: tuple[torch.Tensor, ...], replaced: int) -> torch.Tensor:
     """Eq. 1 for one replaced vector: the generated image's vector ``replaced`` should equal the target's, the
@@ -137,7 +147,7 @@ def disentanglement_loss(generated: tuple[torch.Tensor, ...], original: tuple[to
 def siamese_identity_loss(identity: torch.Tensor, same: torch.Tensor, other: torch.Tensor, weight: float,
                           margin: float = SIAMESE_MARGIN) -> torch.Tensor:
     """The identity part of Eq. 6: ``weight * d(I_ori, I_same) + max(0, margin - d(I_ori, I_tar))``."""
-    return (weight * squared_distance(identity, same) + F.relu(margin - squared_distance(identity, other))).mean()
+    return (weight * identity_distance(identity, same) + F.relu(margin - identity_distance(identity, other))).mean()
 
 
 def negative_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -157,8 +167,8 @@ def vae_loss(identity: torch.Tensor, reconstruction: torch.Tensor, mean: torch.T
 def hinge_privacy(sampled: torch.Tensor, original: torch.Tensor, other: torch.Tensor,
                   margin: float = SIAMESE_MARGIN) -> torch.Tensor:
     """Eq. 7's privacy terms: ``max(0, m - d(E_id(I), D_vae(X))) + max(0, m - d(E_id(I_2), D_vae(X)))``."""
-    return (F.relu(margin - squared_distance(original, sampled))
-            + F.relu(margin - squared_distance(other, sampled))).mean()
+    return (F.relu(margin - identity_distance(original, sampled))
+            + F.relu(margin - identity_distance(other, sampled))).mean()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -364,7 +374,7 @@ def evaluate_vectors(model: DisentangleModel, images: torch.Tensor, disease: np.
         disease_prediction = model.disease_classifier(medical.to(device)).argmax(1).cpu().numpy()
         disease_accuracy = float(np.mean(disease_prediction == disease))
         if model.siamese:
-            distance = torch.cdist(ident, ident).pow(2).numpy() / ident.shape[1]
+            distance = torch.cdist(ident, ident).pow(2).numpy()
             same = identity[:, None] == identity[None, :]
             off_diagonal = ~np.eye(len(identity), dtype=bool)
             hits = distance < SIAMESE_THRESHOLD

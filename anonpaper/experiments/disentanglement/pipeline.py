@@ -47,8 +47,8 @@ from anonpaper.metrics.quality import ssim
 from anonpaper.metrics.statistics import patient_bootstrap_se
 from anonpaper.models.disentangle import DisentangleModel, IdentityVAE
 from anonpaper.runtime import content_hash, derive_seed, get_device
-from anonpaper.train.disentangle import (REALISM_TERMS, SIAMESE_THRESHOLD, LossWeights, encode_all, image_tensor,
-                                         pair_pools, to_unit, train_disentangler, train_identity_vae)
+from anonpaper.train.disentangle import (REALISM_TERMS, SIAMESE_THRESHOLD, LossWeights, encode_all, identity_distance,
+                                         image_tensor, pair_pools, to_unit, train_disentangler, train_identity_vae)
 from anonpaper.train.loop import TrainSettings
 
 SPLITS = ("train", "val", "test")
@@ -286,8 +286,8 @@ def identity_probabilities(model: DisentangleModel, encoded: Encoded) -> np.ndar
 
 
 def same_identity(first: torch.Tensor, second: torch.Tensor) -> np.ndarray:
-    """Siamese decision: mean squared difference of identity vectors below t (row-wise)."""
-    return ((first - second).pow(2).mean(dim=1) < SIAMESE_THRESHOLD).numpy()
+    """Siamese decision: squared Euclidean distance of identity vectors below t (row-wise)."""
+    return (identity_distance(first, second) < SIAMESE_THRESHOLD).numpy()
 
 
 def _picks(pools: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
@@ -392,7 +392,7 @@ def anonymisation_table(model: DisentangleModel, vaes: dict[str, IdentityVAE], a
         tag = f"{arrays.key}-{label}"
         if arrays.siamese:
             hit_original = same_identity(encoded.identity, original.identity)
-            distance = torch.cdist(encoded.identity, train_identity).pow(2) / encoded.identity.shape[1]
+            distance = torch.cdist(encoded.identity, train_identity).pow(2)
             overall = (distance.min(dim=1).values < SIAMESE_THRESHOLD).numpy()
         else:
             probabilities = identity_probabilities(model, encoded)
