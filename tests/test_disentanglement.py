@@ -1,0 +1,266 @@
+"""Paper 5 (disentanglement for case-based explanations): networks, losses, anonymisation and claims."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from anonpaper.experiments.disentanglement import Config, evaluate_claims
+from anonpaper.experiments.disentanglement.pipeline import ABLATIONS, EXPERIMENTS, Outcome
+from anonpaper.methods.disentangle import (anonymise, identity_means, nearest_cases, new_identities,
+                                           parse_strategy, to_uint8)
+from anonpaper.models.disentangle import DisentangleModel, IdentityVAE
+from anonpaper.train.disentangle import (augment_for_discriminator, disentanglement_loss, hinge_privacy,
+                                         image_tensor, negative_entropy, pair_pools, realism_loss,
+                                         siamese_identity_loss, vae_loss)
+
+pytestmark = pytest.mark.unit
+
+
+def _model(siamese: bool = False) -> DisentangleModel:
+    torch.manual_seed(0)
+    return DisentangleModel(1, 32, 2, None if siamese else 5, width=4, dims=(6, 7, 8))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# networks
+# ---------------------------------------------------------------------------------------------------------------
+def test_network_shapes_and_swap():
+    model = _model().eval()
+    images = torch.rand(3, 1, 32, 32) * 2 - 1
+    medical, identity, other = model.encode(images)
+    assert medical.shape == (3, 6) and identity.shape == (3, 7) and other.shape == (3, 8)
+    output = model.reconstruct(images)
+    assert output.shape == images.shape and output.abs().max() <= 1
+    assert model.discriminator(images).shape == (3,)
+    assert model.identity_classifier(identity).shape == (3, 5)
+    swapped = model.swap(images, images.flip(0), "identity")
+    assert swapped.shape == images.shape
+    with torch.no_grad():
+        expected = model.decode(medical, identity.flip(0), other)
+    torch.testing.assert_close(swapped.detach(), expected)
+    assert _model(siamese=True).identity_classifier is None
+
+
+def test_network_bad_inputs_raise_clear_errors():
+    model = _model()
+    with pytest.raises(ValueError, match=r"expected images \(N, 1, 32, 32\)"):
+        model.encode(torch.zeros(2, 1, 16, 16))
+    with pytest.raises(ValueError, match="identity vector"):
+        model.decoder(torch.zeros(2, 6), torch.zeros(2, 3), torch.zeros(2, 8))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        DisentangleModel(1, 40, 2, 3)
+    with pytest.raises(ValueError, match="vector must be one of"):
+        model.swap(torch.zeros(2, 1, 32, 32), torch.zeros(2, 1, 32, 32), "pose")
+    with pytest.raises(ValueError, match="uint8"):
+        image_tensor(np.zeros((2, 32, 32), dtype=np.float32))
+
+
+def test_vae_shapes_and_sampling_is_seeded():
+    vae = IdentityVAE(7, latent_dim=3).eval()
+    reconstruction, mean, log_variance = vae(torch.zeros(4, 7))
+    assert reconstruction.shape == (4, 7) and mean.shape == (4, 3) and log_variance.shape == (4, 3)
+    first = vae.sample(5, torch.Generator().manual_seed(1))
+    again = vae.sample(5, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(first, again)
+    with pytest.raises(ValueError, match=r"expected \(N, 7\)"):
+        vae.encode(torch.zeros(2, 6))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# losses against hand-computed values
+# ---------------------------------------------------------------------------------------------------------------
+def test_realism_loss_terms_by_hand():
+    real = torch.full((2, 1, 16, 16), -1.0)  # 0 in [0, 1] units
+    fake = torch.full((2, 1, 16, 16), -0.8)  # 0.1 in [0, 1] units: MSE 0.01, PSNR 20 dB
+    assert float(realism_loss(real, fake, None, alpha=48.0, terms=("psnr",))) == pytest.approx(1 - 20 / 48, abs=1e-5)
+    logits = torch.zeros(2)
+    assert float(realism_loss(real, fake, logits, terms=("adversarial",))) == pytest.approx(math.log(2), abs=1e-6)
+    assert float(realism_loss(real, real, None, terms=("ssim",))) == pytest.approx(0.0, abs=1e-6)
+    # identical images: PSNR is capped at alpha, so the term is 0 rather than negative
+    assert float(realism_loss(real, real, None, terms=("psnr",))) == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="logits"):
+        realism_loss(real, fake, None, terms=("adversarial",))
+
+
+def test_disentanglement_loss_by_hand():
+    original = (torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, 2))
+    target = (torch.ones(1, 2), torch.ones(1, 2), torch.ones(1, 2))
+    generated = (torch.tensor([[1.0, 1.0]]), torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 0.0]]))
+    # replaced = medical: d(gen_med, tar_med) = 0; kept: d(gen_id, 0) = 2.5, d(gen_other, 0) = 0.5
+    assert float(disentanglement_loss(generated, original, target, replaced=0)) == pytest.approx(3.0)
+    # replaced = identity: d(gen_id, 1) = 0.5; kept: d(gen_med, 0) = 1, d(gen_other, 0) = 0.5
+    assert float(disentanglement_loss(generated, original, target, replaced=1)) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        disentanglement_loss(generated, original, target, replaced=3)
+
+
+def test_siamese_and_privacy_losses_by_hand():
+    identity = torch.zeros(1, 4)
+    same = torch.full((1, 4), 0.05)  # squared distance 4 * 0.0025 = 0.01
+    far = torch.ones(1, 4)  # distance 4 > margin
+    near = torch.full((1, 4), 0.1)  # distance 0.04 < margin 0.1 -> hinge 0.06
+    assert float(siamese_identity_loss(identity, same, far, weight=5.0)) == pytest.approx(0.05)
+    assert float(siamese_identity_loss(identity, same, near, weight=5.0)) == pytest.approx(0.05 + 0.06)
+    assert float(hinge_privacy(near, identity, far)) == pytest.approx(0.06)
+    assert float(negative_entropy(torch.zeros(3, 4))) == pytest.approx(-math.log(4), abs=1e-6)
+    assert float(negative_entropy(torch.tensor([[100.0, 0.0]]))) == pytest.approx(0.0, abs=1e-6)
+    zeros = torch.zeros(2, 3)
+    assert float(vae_loss(torch.ones(2, 5), torch.ones(2, 5), zeros, zeros)) == pytest.approx(0.0)
+    # KL(N(1, 1) || N(0, 1)) = 0.5 per dimension
+    assert float(vae_loss(torch.ones(2, 5), torch.ones(2, 5), torch.ones(2, 3), zeros)) == pytest.approx(1.5)
+
+
+def test_augmentation_keeps_shape_and_changes_images():
+    torch.manual_seed(0)
+    images = torch.rand(4, 1, 32, 32) * 2 - 1
+    augmented = augment_for_discriminator(images)
+    assert augmented.shape == images.shape
+    assert not torch.allclose(augmented, images)
+
+
+def test_pair_pools_pick_other_identity_and_disease():
+    identities = np.array([0, 0, 1, 1, 2])
+    diseases = np.array([0, 0, 1, 0, 1])
+    targets, same = pair_pools(identities, diseases)
+    for index, pool in enumerate(targets):
+        assert len(pool) and np.all(identities[pool] != identities[index])
+        assert np.all(diseases[pool] != diseases[index])
+    assert list(same[0]) == [1] and list(same[4]) == [4]  # an identity with one image pairs with itself
+    with pytest.raises(ValueError, match="two identities"):
+        pair_pools(np.zeros(3, dtype=int), np.array([0, 1, 0]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# anonymisation and explanations
+# ---------------------------------------------------------------------------------------------------------------
+def test_vae_anonymisation_changes_identity_but_not_medical_vectors():
+    model = _model().eval()
+    images = torch.rand(4, 1, 32, 32) * 2 - 1
+    medical, identity, other = model.encode(images)
+    vae = IdentityVAE(7, latent_dim=3)
+    replacement = new_identities(4, "vae", seed=0, vae=vae)
+    anonymised, used = anonymise(model, medical.detach(), identity.detach(), other.detach(), replacement)
+    assert not torch.allclose(used, identity.detach())
+    torch.testing.assert_close(used, replacement)
+    with torch.no_grad():
+        expected = model.decode(medical, replacement, other)
+    torch.testing.assert_close(anonymised, expected)  # the decoder saw the original medical and other vectors
+    kept, _ = anonymise(model, medical.detach(), identity.detach(), other.detach(), replacement, strength=0.0)
+    with torch.no_grad():
+        torch.testing.assert_close(kept, model.decode(medical, identity, other))
+
+
+def test_averaging_strategies_and_errors():
+    vectors = torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 4.0], [0.0, 8.0]])
+    codes, means = identity_means(vectors, np.array([5, 5, 7, 9]))
+    assert list(codes) == [5, 7, 9]
+    torch.testing.assert_close(means, torch.tensor([[1.0, 0.0], [0.0, 4.0], [0.0, 8.0]]))
+    everyone = new_identities(2, "average-all", seed=0, training_means=means)
+    torch.testing.assert_close(everyone, torch.tensor([[1 / 3, 4.0]] * 2))
+    pairs = new_identities(6, "average-2", seed=3, training_means=means)
+    assert torch.equal(pairs, new_identities(6, "average-2", seed=3, training_means=means))
+    possible = {tuple(((means[i] + means[j]) / 2).tolist()) for i in range(3) for j in range(3) if i != j}
+    assert all(tuple(row.tolist()) in possible for row in pairs)
+    assert parse_strategy("average-12") == ("average", 12)
+    for bad in ("average-0", "mean", "average-x"):
+        with pytest.raises(ValueError, match="strategy"):
+            parse_strategy(bad)
+    with pytest.raises(ValueError, match="VAE"):
+        new_identities(1, "vae", seed=0)
+
+
+def test_nearest_cases_and_uint8_conversion():
+    pool = torch.tensor([[0.0, 0.0], [1.0, 1.0], [5.0, 5.0]])
+    query = torch.tensor([[0.9, 1.2], [4.0, 4.0]])
+    assert nearest_cases(query, pool, k=2).tolist() == [[1, 0], [2, 1]]
+    with pytest.raises(ValueError, match="k must"):
+        nearest_cases(query, pool, k=4)
+    images = torch.tensor([[[[-1.0, 0.0], [1.0, 2.0]]]])
+    assert to_uint8(images).tolist() == [[[0, 128], [255, 255]]]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# config and claims
+# ---------------------------------------------------------------------------------------------------------------
+def test_config_validation_names_the_parameter():
+    with pytest.raises(ValueError, match="IMAGE_SIZE"):
+        Config(image_size=72)
+    with pytest.raises(ValueError, match="CXR_IMAGES_PER_PATIENT"):
+        Config(cxr_images_per_patient=1)
+    with pytest.raises(ValueError, match="PRIVACY_LEVELS"):
+        Config(privacy_levels=(0.5, 1.5))
+    assert Config(privacy_levels=(1.0, 0.0)).privacy_levels == (0.0, 1.0)
+
+
+def _outcome(n: int, identity_works: bool = True, anonymised_rank1: float = 0.05) -> Outcome:
+    se = 0.02
+    rows2 = []
+    for cohort in ("iris", "cxr"):
+        base_identity = 0.9 if identity_works else 0.04
+        for experiment, (io, it, disease) in zip(EXPERIMENTS, ((base_identity, 0.02, 0.9), (0.85, 0.03, 0.8),
+                                                               (0.02, 0.9, 0.88))):
+            rows2.append({"cohort": cohort, "experiment": experiment, "n_test": n, "ssim_original": 0.6,
+                          "ssim_original_se": se, "ssim_x2": 0.95, "ssim_x2_se": se, "identity_original": io,
+                          "identity_original_se": se, "identity_target": it if identity_works else 0.04,
+                          "identity_target_se": se, "disease_accuracy": disease, "disease_accuracy_se": se,
+                          "disease_f1": disease, "disease_f1_se": se})
+    rows3 = []
+    for cohort in ("iris", "cxr"):
+        for method, (original, overall, disease) in {
+                "VAE with overall privacy": (0.02, 0.1, 0.89), "VAE (without privacy term)": (0.03, 0.4, 0.88),
+                "Averaging 6 identities": (0.02, 0.35, 0.9), "Averaging 12 identities": (0.02, 0.2, 0.9),
+                "Averaging all identities": (0.02, 0.05, 0.9)}.items():
+            rows3.append({"cohort": cohort, "method": method, "n_test": n, "original_accuracy": original,
+                          "original_accuracy_se": se, "overall": overall, "overall_se": se,
+                          "disease_accuracy": disease, "disease_accuracy_se": se})
+    rows4 = [{"variant": variant, "ssim_original": 0.55 if "GAN" in variant else 0.7, "ssim_original_se": se}
+             for variant in ABLATIONS]
+    rows5 = [{"fraction": 0.5, "train_images": 100, "ssim_original": 0.6, "ssim_original_se": se,
+              "identity_original": 0.6, "identity_original_se": se, "disease_accuracy": 0.7,
+              "disease_accuracy_se": se},
+             {"fraction": 1.0, "train_images": 200, "ssim_original": 0.6, "ssim_original_se": se,
+              "identity_original": 0.8, "identity_original_se": se, "disease_accuracy": 0.85,
+              "disease_accuracy_se": se}]
+    privacy = []
+    for cohort in ("iris", "cxr"):
+        for strength, rank1 in ((float("nan"), 0.8), (0.0, 0.7), (1.0, anonymised_rank1)):
+            privacy.append({"cohort": cohort, "strength": strength, "n_test": n, "rank1": rank1, "rank1_se": se,
+                            "verification_tar": 0.5, "verification_tar_se": se, "explanation_disease": 0.8,
+                            "explanation_disease_se": se, "retrieval_agreement": 0.9})
+    return Outcome(table2=pd.DataFrame(rows2), table3=pd.DataFrame(rows3), table4=pd.DataFrame(rows4),
+                   table5=pd.DataFrame(rows5), privacy=pd.DataFrame(privacy),
+                   privacy_info={c: {"threshold": 0.5, "chance_rank1": 0.03, "query_rank1": 0.9}
+                                 for c in ("iris", "cxr")},
+                   cohort_info={c: {"num_identities": 30, "majority": 0.55} for c in ("iris", "cxr")},
+                   examples={}, explanations={}, training=pd.DataFrame(), config=Config(averaging=(6, 12)))
+
+
+def test_claims_decide_from_the_numbers():
+    claims = {claim.id: claim for claim in evaluate_claims(_outcome(n=100))}
+    assert {claim.verdict for claim in claims.values()} == {"holds"}
+    assert claims["iris-privacy-term-lowers-confidence"].ours == {"privacy VAE": 10.0, "plain VAE": 40.0}
+    leaky = {claim.id: claim for claim in evaluate_claims(_outcome(n=100, anonymised_rank1=0.9))}
+    assert leaky["cxr-anonymised-explanations-resist-reidentification"].verdict == "does not hold"
+
+
+def test_claims_undecided_on_small_sets_and_failed_instruments():
+    small = evaluate_claims(_outcome(n=10))
+    assert all(claim.verdict == "undecided" and claim.reason.startswith("too few test images") for claim in small)
+    broken = {claim.id: claim for claim in evaluate_claims(_outcome(n=100, identity_works=False))}
+    claim = broken["iris-identity-replacement-identity"]
+    assert claim.verdict == "undecided" and "identity recognition failed its check" in claim.reason
+    assert broken["iris-plain-gan-lowers-ssim"].verdict == "holds"  # does not rest on identity recognition
+
+
+def test_identity_swap_claim_undecided_when_reconstructions_are_already_anonymous():
+    outcome = _outcome(n=100)
+    outcome.privacy.loc[outcome.privacy["strength"] == 0.0, "rank1"] = 0.03  # chance level
+    claims = {claim.id: claim for claim in evaluate_claims(outcome)}
+    swap = claims["iris-identity-swap-adds-privacy"]
+    assert swap.verdict == "undecided" and "already re-identified at chance" in swap.reason
+    assert claims["iris-anonymised-explanations-resist-reidentification"].verdict == "holds"
