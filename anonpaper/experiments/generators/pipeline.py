@@ -80,12 +80,11 @@ def load_images(kind: str, config: Config, split: str | None = None) -> np.ndarr
 
 def training_config(kind: str, config: Config, output_dir: str | None = None,
                     progress: bool = True) -> GANTrainingConfig:
-    """The trainer's settings for generator ``kind``: the architecture's official defaults, this chapter's batch,
-    augmentation and schedule."""
-    architecture = config.stylegan_config(kind).architecture
+    """The trainer's settings for generator ``kind``: its config's official recipe (``TRAINING_RECIPES``; the
+    architecture's defaults for CPU configs), with this chapter's batch, augmentation and schedule."""
     checkpoint_every = max(1, int(round(config.checkpoint_kimg * 1000 / config.batch_size)))
-    return GANTrainingConfig.for_architecture(
-        architecture, total_steps=config.total_steps(kind), batch_size=config.batch_size, augment=config.augment,
+    return GANTrainingConfig.for_stylegan_config(
+        getattr(config, KINDS[kind][1]), total_steps=config.total_steps(kind), batch_size=config.batch_size, augment=config.augment,
         ada_kimg=100.0, seed=derive_seed(config.seed, "generator", kind), mixed_precision=True,
         checkpoint_every=checkpoint_every if output_dir else 0, metrics_every=checkpoint_every,
         output_dir=output_dir, log_every=1,
