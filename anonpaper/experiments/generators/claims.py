@@ -15,6 +15,7 @@ from anonpaper.experiments.generators.pipeline import Outcome
 
 FD_RATIO = 1 / 3
 VESSEL_TOLERANCE = 0.25
+MIN_PROJECTOR_IMAGES = 5  # fewer held-out inversions decide nothing
 
 
 def evaluate_claims(outcome: Outcome) -> list[Claim]:
@@ -56,5 +57,5 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
                   "ssim_w_plus": round(outcome.value(kind, "projector_W+/SSIM"), 3)},
             holds=bool(value >= config.projector_psnr_target) if math.isfinite(value) else None,
             reason=f"mean PSNR over {config.projector_images} held-out images" if math.isfinite(value)
-            else "no held-out images", kind="phantom-check"))
+            else "no held-out images", n=config.projector_images, min_n=MIN_PROJECTOR_IMAGES, kind="phantom-check"))
     return claims

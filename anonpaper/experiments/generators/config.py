@@ -31,10 +31,12 @@ class Config(ChapterConfig):
     fundus_sg2_config: str = parameter("sg2-tiny", "StyleGAN2 config of the fundus generator (paper: sg2-paper256).")
     cxr_sg2_config: str = parameter("sg2-tiny", "StyleGAN2 config of the chest X-ray generator, made grayscale "
                                                 "(paper: sg2-gmia256).")
-    fundus_sg3t_kimg: float = parameter(6.0, "Thousands of real images shown to the fundus StyleGAN3-T (the "
-                                             "papers: thousands of kimg).")
-    fundus_sg2_kimg: float = parameter(4.0, "Thousands of real images shown to the fundus StyleGAN2.")
-    cxr_sg2_kimg: float = parameter(4.0, "Thousands of real images shown to the chest X-ray StyleGAN2.")
+    fundus_sg3t_kimg: float = parameter(16.0, "Thousands of real images shown to the fundus StyleGAN3-T (the "
+                                              "papers: thousands of kimg; quick: about 16 CPU-s/kimg, ~4-6 min).")
+    fundus_sg2_kimg: float = parameter(20.0, "Thousands of real images shown to the fundus StyleGAN2 (quick: about "
+                                             "9 CPU-s/kimg, ~3-5 min).")
+    cxr_sg2_kimg: float = parameter(20.0, "Thousands of real images shown to the chest X-ray StyleGAN2 (quick: "
+                                          "about 9 CPU-s/kimg, ~3-5 min).")
     batch_size: int = parameter(8, "Images per training step (the papers: 32-64).")
     augment: str = parameter("diffaugment", "Discriminator augmentation for small sets: 'none', 'diffaugment' or "
                                             "'ada'.")
