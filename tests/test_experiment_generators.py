@@ -180,3 +180,14 @@ def test_knn_precision_recall_separates_disjoint_sets():
     narrow = real[:20] * 0.01  # a collapsed generator: precise, little recall
     precision, recall = knn_precision_recall(real, narrow)
     assert precision == 1.0 and recall < 0.5
+
+
+def test_export_outcome_writes_loadable_weights_with_metrics(tmp_path):
+    config = tiny_config()
+    generator = StyleGenerator(config.stylegan_config("fundus-sg2"), seed=1)
+    trained = chapter.TrainedGenerator("fundus-sg2", generator, "trained", 0.5, pd.DataFrame(), 1.0)
+    metrics = pd.DataFrame([{"kind": "fundus-sg2", "metric": "SWD", "value": 3.0, "protocol": ""}])
+    outcome = chapter.Outcome(config, {"fundus-sg2": trained}, metrics)
+    (path,) = chapter.export_outcome(outcome, tmp_path)
+    _, record = chapter.load_weights(tmp_path, "fundus-sg2", config.stylegan_config("fundus-sg2"))
+    assert path.parent == tmp_path and record["metrics"] == {"SWD": 3.0} and record["data"]["n_patients"] == 8

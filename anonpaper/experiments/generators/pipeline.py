@@ -23,7 +23,7 @@ import torch
 from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
 from anonpaper.experiments.generators.config import KINDS, Config
-from anonpaper.experiments.generators.weights import WeightsRefused, load_weights
+from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights
 from anonpaper.metrics.distribution import frechet_distance, kernel_inception_distance, knn_precision_recall, swd
 from anonpaper.metrics.quality import psnr, ssim
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGenerator, project, to_unit_range
@@ -350,3 +350,23 @@ def run(config: Config, kinds: tuple[str, ...] | None = None, progress: bool = T
         rows.extend(kind_rows)
     return Outcome(config, generators, pd.DataFrame(rows), samples,
                    {dataset: info for dataset, (_, info) in segmenters.items()}, time.perf_counter() - start)
+
+
+def export_outcome(outcome: Outcome, directory: str | Path | None = None) -> list[Path]:
+    """Export every generator of a run into ``directory`` (default: the project's ``weights/``) with its metrics,
+    for a later session to load instead of training (run at ``paper`` on a GPU, then commit ``weights/``).
+
+    Example::
+
+        outcome = chapter.run(chapter.Config(**paper_parameters))
+        chapter.export_outcome(outcome)
+    """
+    directory = Path(directory) if directory is not None else PROJECT_ROOT / "weights"
+    paths = []
+    for kind, trained in outcome.generators.items():
+        rows = outcome.metrics[outcome.metrics["kind"] == kind]
+        metrics = {row.metric: row.value for row in rows.itertuples()}
+        data = {"dataset": KINDS[kind][0], **outcome.config.cohort_options(kind)}
+        paths.append(export_weights(trained.generator, directory, kind=kind, kimg=trained.kimg,
+                                    seed=outcome.config.seed, metrics=metrics, data=data))
+    return paths
