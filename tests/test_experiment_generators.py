@@ -191,3 +191,9 @@ def test_export_outcome_writes_loadable_weights_with_metrics(tmp_path):
     (path,) = chapter.export_outcome(outcome, tmp_path)
     _, record = chapter.load_weights(tmp_path, "fundus-sg2", config.stylegan_config("fundus-sg2"))
     assert path.parent == tmp_path and record["metrics"] == {"SWD": 3.0} and record["data"]["n_patients"] == 8
+
+
+def test_vessel_claim_reports_the_native_fraction_when_generators_are_smaller_than_the_cohort():
+    claims = chapter.evaluate_claims(_outcome({**GOOD, "vessel_fraction/real_native": 0.09}))
+    (vessel,) = [claim for claim in claims if claim.id == "fundus-sg2-vessel-fraction"]
+    assert vessel.ours["real_native"] == 0.09 and "against 0.0900 at 64 px" in vessel.reason

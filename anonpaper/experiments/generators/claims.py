@@ -38,14 +38,20 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
             reason=f"ratio {fd / fd_untrained:.3f} (threshold {FD_RATIO:.3f})" if fd_untrained else "no FD", **size))
         real, fake = outcome.value(kind, f"{mask}_fraction/real"), outcome.value(kind, f"{mask}_fraction/generated")
         relative = abs(fake - real) / real if real > 0 else float("nan")
+        native = outcome.value(kind, f"{mask}_fraction/real_native")
+        ours = {"real": round(real, 4), "generated": round(fake, 4)}
+        note = ""
+        if math.isfinite(native):
+            ours["real_native"] = round(native, 4)
+            note = (f"; at {config.image_size} px (upsampled to {config.cohort_size}) the segmenter finds "
+                    f"{real:.4f} {mask} pixels in real images against {native:.4f} at {config.cohort_size} px")
         claim = decide(
             f"{kind}-{mask}-fraction", f"{kind}: the {mask}-pixel fraction of generated images is within "
                                        f"{100 * VESSEL_TOLERANCE:.0f} % of the real one",
             paper="generated fundus images keep realistic vessels (paper 1: vessel segmentation of generated images)",
-            ours={"real": round(real, 4), "generated": round(fake, 4)},
-            holds=bool(relative <= VESSEL_TOLERANCE) if math.isfinite(relative) else None,
-            reason=f"relative difference {100 * relative:.1f} %" if math.isfinite(relative)
-            else "no real mask pixels", **size)
+            ours=ours, holds=bool(relative <= VESSEL_TOLERANCE) if math.isfinite(relative) else None,
+            reason=(f"relative difference {100 * relative:.1f} %" if math.isfinite(relative)
+                    else "no real mask pixels") + note, **size)
         check = outcome.segmenters[KINDS[kind][0]]["check"]
         claims.append(instrument_failed(claim, f"{mask} segmenter", check) if check else claim)
         value = outcome.value(kind, "projector_W+/PSNR")

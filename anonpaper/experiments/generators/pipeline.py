@@ -315,6 +315,11 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
     fake_fraction = float((segment(segmenter, to_cohort_size(fake, config)) >= 0.5).mean())
     add(f"{mask_name}_fraction/real", real_fraction, f"{mask_name} U-Net, threshold 0.5, all pixels")
     add(f"{mask_name}_fraction/generated", fake_fraction, f"{mask_name} U-Net, threshold 0.5, all pixels")
+    if config.image_size < config.cohort_size:  # what resampling to the generator's size costs the instrument
+        cohort = load_cohort(KINDS[kind][0], **config.cohort_options(kind))
+        native = _as_float(cohort.split("train").load_images())[np.sort(pick)]
+        add(f"{mask_name}_fraction/real_native", float((segment(segmenter, native) >= 0.5).mean()),
+            f"{mask_name} U-Net on the same real images at the cohort's {config.cohort_size} px (not resampled)")
 
     held_out = _as_float(load_images(kind, config, "test"))[: config.projector_images]
     samples = {"generated": fake[:16].numpy(), "real": real[:16].numpy(), "untrained": untrained[:8].numpy(),
