@@ -32,6 +32,7 @@ from .distribution import (
     frechet_distance_from_statistics,
     inception_input,
     kernel_inception_distance,
+    knn_precision_recall,
     laplacian_pyramid,
     load_inception_extractor,
     sliced_wasserstein_distance,
@@ -95,7 +96,7 @@ __all__ = [
     "PairedImageMetric",
     # distribution
     "DistributionScore", "frechet_distance", "frechet_distance_from_statistics", "FrechetDistance",
-    "kernel_inception_distance", "sliced_wasserstein_distance", "laplacian_pyramid", "swd_descriptors", "swd",
+    "kernel_inception_distance", "knn_precision_recall", "sliced_wasserstein_distance", "laplacian_pyramid", "swd_descriptors", "swd",
     "SlicedWassersteinDistance", "load_inception_extractor", "inception_input",
     # identity
     "fs_sift", "match_fraction", "FS_SR_PROTOCOLS", "KeypointProtocol", "sift_features", "sift_homography_similarity", "match_descriptors",

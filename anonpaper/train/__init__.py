@@ -11,6 +11,7 @@ from anonpaper.train.keypoints import train_keypoint_detector
 from anonpaper.train.loop import TrainResult, TrainSettings, fit
 from anonpaper.train.membership import membership_attack_scores, membership_pairs, train_membership_classifier
 from anonpaper.train.pretrained import (PretrainedModel, trained_exudate_segmenter, trained_keypoint_detector,
+                                        trained_segmenter,
                                         trained_vessel_segmenter)
 from anonpaper.train.segmenter import dual_threshold, segment, train_segmenter
 
@@ -19,5 +20,5 @@ __all__ = ["FlipShiftScaleRotate", "GANTrainingConfig", "GANTrainingResult", "Pr
            "acquisition_augmentation", "dual_threshold", "embed", "fit", "load_checkpoint", "membership_attack_scores",
            "membership_pairs", "paper2_augmentation", "predict_proba", "save_checkpoint", "segment",
            "train_classifier", "train_embedding", "train_gan", "train_keypoint_detector",
-           "train_membership_classifier", "train_segmenter", "trained_exudate_segmenter",
+           "train_membership_classifier", "train_segmenter", "trained_exudate_segmenter", "trained_segmenter",
            "trained_keypoint_detector", "trained_vessel_segmenter"]

@@ -152,6 +152,17 @@ def trained_vessel_segmenter(cohort: Any, *, base_width: int = 8, depth: int = 4
                               lr=lr, seed=seed, progress=progress, device=device, include_source=include_source)
 
 
+def trained_segmenter(cohort: Any, mask_name: str, *, base_width: int = 8, depth: int = 4, epochs: int = 30,
+                      patch_size: int = 64, patches_per_epoch: int | None = 384, batch_size: int = 16,
+                      lr: float = 3e-3, seed: int = 0, progress: bool = True,
+                      device: str | torch.device | None = None, include_source: bool = True) -> PretrainedModel:
+    """A U-Net for any of the cohort's masks (e.g. ``"lungs"`` on the chest X-ray phantom), trained and cached like
+    :func:`trained_vessel_segmenter`."""
+    return _trained_segmenter(cohort, mask_name, base_width=base_width, depth=depth, epochs=epochs,
+                              patch_size=patch_size, patches_per_epoch=patches_per_epoch, batch_size=batch_size,
+                              lr=lr, seed=seed, progress=progress, device=device, include_source=include_source)
+
+
 def trained_exudate_segmenter(cohort: Any, *, base_width: int = 8, depth: int = 4, epochs: int = 30,
                               patch_size: int = 64, patches_per_epoch: int | None = 384, batch_size: int = 16,
                               lr: float = 3e-3, seed: int = 0, progress: bool = True,

@@ -1,0 +1,67 @@
+"""The generators chapter's checks, each decided from the run's numbers (see :mod:`anonpaper.experiments.claims`).
+
+They are ``phantom-check`` claims: they test whether our generators are good enough for the GAN chapters, not a
+paper's result. Distribution claims are undecided below ``Config.min_eval_images`` images per set; the
+vessel-fraction claim is undecided when the vessel segmenter failed its own Dice check.
+"""
+
+from __future__ import annotations
+
+import math
+
+from anonpaper.experiments.claims import Claim, decide, instrument_failed
+from anonpaper.experiments.generators.config import KINDS
+from anonpaper.experiments.generators.pipeline import Outcome
+
+FD_RATIO = 1 / 3
+VESSEL_TOLERANCE = 0.25
+MIN_PROJECTOR_IMAGES = 5  # fewer held-out inversions decide nothing
+
+
+def evaluate_claims(outcome: Outcome) -> list[Claim]:
+    """Per generator: FD below a third of the untrained generator's; mask fraction within 25 % of the real one;
+    projector PSNR (W+) at least ``Config.projector_psnr_target``."""
+    config = outcome.config
+    claims: list[Claim] = []
+    for kind in outcome.generators:
+        mask = outcome.segmenters[KINDS[kind][0]]["mask"]
+        n = int(min(config.eval_images, len(outcome.samples[kind]["real"]) and config.eval_images))
+        size = {"n": n, "min_n": config.min_eval_images, "kind": "phantom-check"}
+        extractor = f"FD-{mask}-unet"
+        fd, fd_untrained = outcome.value(kind, extractor), outcome.value(kind, f"{extractor}/untrained")
+        claims.append(decide(
+            f"{kind}-fd", f"{kind}: {extractor}(generated, real) is less than a third of {extractor}(untrained "
+                          "generator, real)",
+            paper="the papers' generators reach FID 5-15 at 256 px (not comparable: other features)",
+            ours={"fd": round(fd, 3), "fd_untrained": round(fd_untrained, 3)},
+            holds=bool(fd < FD_RATIO * fd_untrained) if math.isfinite(fd) and math.isfinite(fd_untrained) else None,
+            reason=f"ratio {fd / fd_untrained:.3f} (threshold {FD_RATIO:.3f})" if fd_untrained else "no FD", **size))
+        real, fake = outcome.value(kind, f"{mask}_fraction/real"), outcome.value(kind, f"{mask}_fraction/generated")
+        relative = abs(fake - real) / real if real > 0 else float("nan")
+        native = outcome.value(kind, f"{mask}_fraction/real_native")
+        ours = {"real": round(real, 4), "generated": round(fake, 4)}
+        note = ""
+        if math.isfinite(native):
+            ours["real_native"] = round(native, 4)
+            note = (f"; at {config.image_size} px (upsampled to {config.cohort_size}) the segmenter finds "
+                    f"{real:.4f} {mask} pixels in real images against {native:.4f} at {config.cohort_size} px")
+        claim = decide(
+            f"{kind}-{mask}-fraction", f"{kind}: the {mask}-pixel fraction of generated images is within "
+                                       f"{100 * VESSEL_TOLERANCE:.0f} % of the real one",
+            paper="generated fundus images keep realistic vessels (paper 1: vessel segmentation of generated images)",
+            ours=ours, holds=bool(relative <= VESSEL_TOLERANCE) if math.isfinite(relative) else None,
+            reason=(f"relative difference {100 * relative:.1f} %" if math.isfinite(relative)
+                    else "no real mask pixels") + note, **size)
+        check = outcome.segmenters[KINDS[kind][0]]["check"]
+        claims.append(instrument_failed(claim, f"{mask} segmenter", check) if check else claim)
+        value = outcome.value(kind, "projector_W+/PSNR")
+        claims.append(decide(
+            f"{kind}-projector", f"{kind}: the projector reaches PSNR >= {config.projector_psnr_target:g} dB (W+) on "
+                                 "held-out images",
+            paper="paper 1 / GMIA invert real images before editing (no PSNR target published)",
+            ours={"psnr_w_plus": round(value, 2), "psnr_w": round(outcome.value(kind, "projector_W/PSNR"), 2),
+                  "ssim_w_plus": round(outcome.value(kind, "projector_W+/SSIM"), 3)},
+            holds=bool(value >= config.projector_psnr_target) if math.isfinite(value) else None,
+            reason=f"mean PSNR over {config.projector_images} held-out images" if math.isfinite(value)
+            else "no held-out images", n=config.projector_images, min_n=MIN_PROJECTOR_IMAGES, kind="phantom-check"))
+    return claims

@@ -1,0 +1,126 @@
+"""The generators chapter's parameters: one frozen config, defaults = the ``quick`` profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from anonpaper.experiments.chapter import ChapterConfig, parameter
+from anonpaper.models.stylegan.config import get_config, list_configs
+
+# The three generators the GAN chapters share: kind -> (dataset, config field of its StyleGAN config, of its kimg,
+# image channels).
+KINDS: dict[str, tuple[str, str, str, int]] = {
+    "fundus-sg3t": ("phantom-retina", "fundus_sg3t_config", "fundus_sg3t_kimg", 3),
+    "fundus-sg2": ("phantom-retina", "fundus_sg2_config", "fundus_sg2_kimg", 3),
+    "cxr-sg2": ("phantom-cxr", "cxr_sg2_config", "cxr_sg2_kimg", 1),
+}
+
+
+@dataclass(frozen=True)
+class Config(ChapterConfig):
+    """Everything that determines the chapter's cohorts, generators and numbers (see the help texts)."""
+
+    seed: int = parameter(0, "Seed of every random draw (cohorts, networks, evaluation samples).")
+    image_size: int = parameter(32, "Square image side in pixels of the cohorts and generators (the papers: 256; "
+                                    "quick: 32, because 64 px StyleGANs cost 860-2000 CPU-s/kimg).")
+    retina_patients: int = parameter(300, "Phantom fundus patients (about two eyes each).")
+    cxr_patients: int = parameter(60, "Phantom chest X-ray patients (several studies each).")
+    fundus_sg3t_config: str = parameter("sg3t-tiny", "StyleGAN3-T config of the fundus generator "
+                                                     "(anonpaper.models.stylegan.list_configs; paper: sg3t-paper256).")
+    fundus_sg2_config: str = parameter("sg2-tiny", "StyleGAN2 config of the fundus generator (paper: sg2-paper256).")
+    cxr_sg2_config: str = parameter("sg2-tiny", "StyleGAN2 config of the chest X-ray generator, made grayscale "
+                                                "(paper: sg2-gmia256).")
+    fundus_sg3t_kimg: float = parameter(16.0, "Thousands of real images shown to the fundus StyleGAN3-T (the "
+                                              "papers: thousands of kimg; quick: about 16 CPU-s/kimg, ~4-6 min).")
+    fundus_sg2_kimg: float = parameter(20.0, "Thousands of real images shown to the fundus StyleGAN2 (quick: about "
+                                             "9 CPU-s/kimg, ~3-5 min).")
+    cxr_sg2_kimg: float = parameter(20.0, "Thousands of real images shown to the chest X-ray StyleGAN2 (quick: "
+                                          "about 9 CPU-s/kimg, ~3-5 min).")
+    batch_size: int = parameter(8, "Images per training step (the papers: 32-64).")
+    augment: str = parameter("diffaugment", "Discriminator augmentation for small sets: 'none', 'diffaugment' or "
+                                            "'ada'.")
+    checkpoint_kimg: float = parameter(1.0, "Thousands of images between checkpoints (an interrupted run resumes "
+                                            "from the last one).")
+    eval_images: int = parameter(200, "Generated and real images per distribution metric.")
+    min_eval_images: int = parameter(100, "Fewest images per set on which a distribution claim is decided.")
+    projector_images: int = parameter(8, "Held-out real images inverted by the projector.")
+    projector_steps: int = parameter(200, "Projector Adam steps (the StyleGAN2-ADA recipe: 1000).")
+    projector_psnr_target: float = parameter(20.0, "PSNR in dB (W+) the projector must reach on held-out images.")
+    segmenter_epochs: int = parameter(15, "Epochs of the cohort-trained U-Nets (vessel and lung segmenters) that "
+                                          "give the features and the vessel fraction.")
+    segmenter_min_dice: float = parameter(0.5, "Below this validation Dice the segmenter is not trusted and the "
+                                               "claims that rest on it are undecided.")
+    weights_dir: str | None = parameter("weights", "Folder of shipped generator weights (relative to the project "
+                                                   "root; None: never use shipped weights).")
+    train_if_weights_refused: bool = parameter(False, "Train instead of stopping when a shipped weights file is "
+                                                      "refused (corrupt, or another config).")
+    device: str | None = parameter(None, "Device: None picks CUDA when available, else 'cpu' or 'cuda:N'.")
+
+    def __post_init__(self):
+        known = list_configs()
+        checks = [
+            (isinstance(self.seed, int) and self.seed >= 0, f"SEED must be a non-negative integer, got {self.seed!r}"),
+            (isinstance(self.image_size, int) and self.image_size >= 32 and not self.image_size & (self.image_size - 1),
+             f"IMAGE_SIZE must be a power of two >= 32, got {self.image_size!r}"),
+            (isinstance(self.retina_patients, int) and self.retina_patients >= 6,
+             f"RETINA_PATIENTS must be an integer >= 6, got {self.retina_patients!r}"),
+            (isinstance(self.cxr_patients, int) and self.cxr_patients >= 4,
+             f"CXR_PATIENTS must be an integer >= 4, got {self.cxr_patients!r}"),
+            (isinstance(self.batch_size, int) and self.batch_size >= 4 and self.batch_size % 4 == 0,
+             f"BATCH_SIZE must be a positive multiple of 4 (minibatch-std groups), got {self.batch_size!r}"),
+            (self.augment in ("none", "diffaugment", "ada"),
+             f"AUGMENT must be 'none', 'diffaugment' or 'ada', got {self.augment!r}"),
+            (self.checkpoint_kimg > 0, f"CHECKPOINT_KIMG must be > 0, got {self.checkpoint_kimg!r}"),
+            (isinstance(self.eval_images, int) and self.eval_images >= 8,
+             f"EVAL_IMAGES must be an integer >= 8, got {self.eval_images!r}"),
+            (isinstance(self.projector_images, int) and self.projector_images >= 1,
+             f"PROJECTOR_IMAGES must be a positive integer, got {self.projector_images!r}"),
+            (isinstance(self.projector_steps, int) and self.projector_steps >= 1,
+             f"PROJECTOR_STEPS must be a positive integer, got {self.projector_steps!r}"),
+            (isinstance(self.segmenter_epochs, int) and self.segmenter_epochs >= 1,
+             f"SEGMENTER_EPOCHS must be a positive integer, got {self.segmenter_epochs!r}"),
+            (0.0 <= self.segmenter_min_dice <= 1.0,
+             f"SEGMENTER_MIN_DICE must lie in [0, 1], got {self.segmenter_min_dice!r}"),
+        ]
+        for kind, (_, config_field, kimg_field, _) in KINDS.items():
+            name, kimg = getattr(self, config_field), getattr(self, kimg_field)
+            checks.append((name in known, f"{config_field.upper()} must be one of {sorted(known)}, got {name!r}"))
+            checks.append((isinstance(kimg, (int, float)) and kimg > 0,
+                           f"{kimg_field.upper()} must be a number > 0, got {kimg!r}"))
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        for kind in KINDS:
+            architecture = self.stylegan_config(kind).architecture
+            expected = "sg3t" if kind.endswith("sg3t") else "sg2"
+            if architecture != expected:
+                raise ValueError(f"{KINDS[kind][1].upper()} must be a {expected} config, got "
+                                 f"{getattr(self, KINDS[kind][1])!r} ({architecture})")
+
+    def stylegan_config(self, kind: str):
+        """The :class:`StyleGANConfig` of generator ``kind`` at this chapter's image size and channels."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown generator kind {kind!r}; expected one of {sorted(KINDS)}")
+        _, config_field, _, channels = KINDS[kind]
+        return get_config(getattr(self, config_field), resolution=self.image_size, image_channels=channels)
+
+    def kimg(self, kind: str) -> float:
+        """Thousands of images generator ``kind`` is trained on."""
+        return float(getattr(self, KINDS[kind][2]))
+
+    def total_steps(self, kind: str) -> int:
+        """Training steps of generator ``kind`` (kimg rounded up to whole batches)."""
+        return max(1, int(round(self.kimg(kind) * 1000 / self.batch_size)))
+
+    def cohort_options(self, kind: str) -> dict[str, Any]:
+        """``load_cohort`` options of the cohort generator ``kind`` learns."""
+        dataset = KINDS[kind][0]
+        patients = self.retina_patients if dataset == "phantom-retina" else self.cxr_patients
+        return {"n_patients": patients, "image_size": self.cohort_size, "seed": self.seed}
+
+    @property
+    def cohort_size(self) -> int:
+        """Image side of the phantom cohorts (their smallest is 64 px; smaller generators see area-downsampled
+        images, and evaluation upsamples both sets back to this size for the cohort-trained U-Nets)."""
+        return max(64, self.image_size)

@@ -1,0 +1,377 @@
+"""Train (or load) the three shared generators, and evaluate them.
+
+Each generator is cached in the artifact cache under a key made of its StyleGAN config, its training recipe, the
+description of its cohort (name, size, table hash, phantom config) and the seed. While training, a checkpoint is
+written every ``checkpoint_kimg`` to ``$ANONPAPER_CACHE/stylegan-runs/<key>/``; an interrupted run started again
+with the same config resumes from it (exactly, on CPU: :func:`anonpaper.train.gan.train_gan`). Shipped weights in
+``weights/`` (:mod:`.weights`) are used instead of training when their config matches.
+
+The GAN chapters call :func:`load_generator(kind, config) <load_generator>`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from anonpaper.cache import ArtifactCache
+from anonpaper.data import load_cohort
+from anonpaper.experiments.generators.config import KINDS, Config
+from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights
+from anonpaper.metrics.distribution import frechet_distance, kernel_inception_distance, knn_precision_recall, swd
+from anonpaper.metrics.quality import psnr, ssim
+from anonpaper.models.stylegan import ResidualDiscriminator, StyleGenerator, project, to_unit_range
+from anonpaper.runtime import cache_dir, derive_seed, get_device
+from anonpaper.train.gan import GANTrainingConfig, train_gan
+from anonpaper.train.pretrained import cohort_description, trained_segmenter
+from anonpaper.train.segmenter import segment
+
+CACHE_NAMESPACE = "stylegan-generators"
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+FEATURE_MASKS = {"phantom-retina": "vessel", "phantom-cxr": "lungs"}
+
+
+@dataclass
+class TrainedGenerator:
+    """A generator ready to sample from.
+
+    Attributes:
+        kind: ``"fundus-sg3t"``, ``"fundus-sg2"`` or ``"cxr-sg2"``.
+        generator: The EMA generator (eval mode, CPU).
+        source: ``"weights"`` (shipped file), ``"cache"`` (trained earlier) or ``"trained"`` (in this call).
+        kimg: Thousands of real images it was trained on.
+        history: Training history (losses per logged step, seconds), empty for shipped weights.
+        seconds: Training seconds (of the run that produced it).
+        resumed_from_kimg: kimg of the checkpoint training resumed from (0: a fresh run).
+        cache_key: Its key in the artifact cache.
+    """
+
+    kind: str
+    generator: StyleGenerator
+    source: str
+    kimg: float
+    history: pd.DataFrame
+    seconds: float
+    resumed_from_kimg: float = 0.0
+    cache_key: str = ""
+
+    @property
+    def seconds_per_kimg(self) -> float:
+        return self.seconds / self.kimg if self.kimg and self.seconds else float("nan")
+
+
+def load_images(kind: str, config: Config, split: str | None = None) -> np.ndarray:
+    """The cohort images generator ``kind`` learns, uint8 (N, H, W[, C]), of one split (None: train)."""
+    cohort = load_cohort(KINDS[kind][0], **config.cohort_options(kind))
+    images = cohort.split(split or "train").load_images()
+    if config.image_size == config.cohort_size:
+        return images
+    import cv2
+
+    size = (config.image_size, config.image_size)
+    return np.stack([cv2.resize(image, size, interpolation=cv2.INTER_AREA) for image in images])
+
+
+def training_config(kind: str, config: Config, output_dir: str | None = None,
+                    progress: bool = True) -> GANTrainingConfig:
+    """The trainer's settings for generator ``kind``: its config's official recipe (``TRAINING_RECIPES``; the
+    architecture's defaults for CPU configs), with this chapter's batch, augmentation and schedule."""
+    checkpoint_every = max(1, int(round(config.checkpoint_kimg * 1000 / config.batch_size)))
+    return GANTrainingConfig.for_stylegan_config(
+        getattr(config, KINDS[kind][1]), total_steps=config.total_steps(kind), batch_size=config.batch_size, augment=config.augment,
+        ada_kimg=100.0, seed=derive_seed(config.seed, "generator", kind), mixed_precision=True,
+        checkpoint_every=checkpoint_every if output_dir else 0, metrics_every=checkpoint_every,
+        output_dir=output_dir, log_every=1,
+        progress=progress)
+
+
+def generator_description(kind: str, config: Config) -> dict[str, Any]:
+    """What identifies a trained generator (its cache key): architecture, recipe, data and seed."""
+    cohort = load_cohort(KINDS[kind][0], **config.cohort_options(kind))
+    recipe = asdict(training_config(kind, config, output_dir=None, progress=False))
+    for name in ("output_dir", "progress", "checkpoint_every", "sample_every", "metrics_every", "log_every"):
+        recipe.pop(name)
+    return {"kind": kind, "stylegan": config.stylegan_config(kind).to_dict(), "training": recipe,
+            "data": cohort_description(cohort), "seed": config.seed}
+
+
+def _weights_directory(config: Config) -> Path | None:
+    if config.weights_dir is None:
+        return None
+    directory = Path(config.weights_dir)
+    if not directory.is_absolute():
+        directory = PROJECT_ROOT / directory
+    return directory
+
+
+def load_generator(kind: str, config: Config | None = None, *, train: bool = True,
+                   progress: bool = True) -> TrainedGenerator:
+    """The shared generator ``kind`` for ``config``: shipped weights when they match, else the artifact cache,
+    else trained now (resuming from a checkpoint of an interrupted run) and cached.
+
+    Args:
+        kind: ``"fundus-sg3t"``, ``"fundus-sg2"`` or ``"cxr-sg2"``.
+        config: The generators chapter's :class:`Config` (default: its ``quick`` defaults).
+        train: Train when neither weights nor cache hold it (False: raise ``LookupError``).
+        progress: Show training progress (kimg, s/kimg and ETA).
+
+    Raises:
+        WeightsRefused: A shipped file for ``kind`` is corrupt or of another config, unless
+            ``config.train_if_weights_refused``.
+        LookupError: Nothing cached and ``train=False``.
+    """
+    config = config or Config()
+    if kind not in KINDS:
+        raise ValueError(f"unknown generator kind {kind!r}; expected one of {sorted(KINDS)}")
+    expected = config.stylegan_config(kind)
+    directory = _weights_directory(config)
+    if directory is not None:
+        try:
+            shipped = load_weights(directory, kind, expected)
+        except WeightsRefused as error:
+            if not config.train_if_weights_refused:
+                raise
+            print(f"refused shipped weights, training instead (TRAIN_IF_WEIGHTS_REFUSED): {error}")
+            shipped = None
+        if shipped is not None:
+            generator, record = shipped
+            return TrainedGenerator(kind, generator, "weights", float(record["kimg"]), pd.DataFrame(), 0.0,
+                                    cache_key=record["sha256"][:16])
+    description = generator_description(kind, config)
+    cache = ArtifactCache(CACHE_NAMESPACE)
+    key = cache.key(description)
+    source = "cache"
+    if not cache.exists(description):
+        if not train:
+            raise LookupError(f"generator {kind!r} (cache key {key}) is neither shipped nor cached")
+        cache.save(description, _train(kind, config, description, key, progress))
+        source = "trained"
+    artifact = cache.load(description)
+    generator = StyleGenerator(expected, seed=0)
+    generator.load_state_dict(artifact["generator_ema"])
+    return TrainedGenerator(kind, generator.eval(), source, artifact["kimg"], pd.DataFrame(artifact["history"]),
+                            artifact["seconds"], artifact["resumed_from_kimg"], key)
+
+
+def _train(kind: str, config: Config, description: dict, key: str, progress: bool) -> dict:
+    stylegan = config.stylegan_config(kind)
+    run_dir = cache_dir() / "stylegan-runs" / key
+    images = load_images(kind, config)
+    if images.ndim == 3:
+        images = images[..., None]
+    settings = training_config(kind, config, output_dir=str(run_dir), progress=progress)
+    generator = StyleGenerator(stylegan, seed=derive_seed(config.seed, "G", kind), implementation="fast")
+    discriminator = ResidualDiscriminator(stylegan, seed=derive_seed(config.seed, "D", kind))
+    kimg_per_step = config.batch_size / 1000
+    tick = time.perf_counter()
+    result = train_gan(generator, discriminator, images, settings, metrics_hook=_progress_hook(config, kind, tick),
+                       device=config.device or get_device(), resume=True)
+    seconds = float(result.history["seconds"].dropna().iloc[-1]) if "seconds" in result.history else 0.0
+    ema = result.generator_ema.to("cpu")
+    return {"generator_ema": {k: v.detach().cpu() for k, v in ema.state_dict().items()},
+            "kimg": result.step * kimg_per_step, "history": result.history.to_dict(orient="list"),
+            "seconds": seconds, "resumed_from_kimg": result.resumed_from_step * kimg_per_step,
+            "description": description}
+
+
+def _progress_hook(config: Config, kind: str, tick: float):
+    """A metrics hook that prints kimg, s/kimg and ETA every checkpoint interval (values go to the history)."""
+    total = config.kimg(kind)
+
+    def hook(step: int, _generator) -> dict:
+        kimg = step * config.batch_size / 1000
+        elapsed = time.perf_counter() - tick
+        rate = elapsed / max(kimg, 1e-9)
+        print(f"{kind}: {kimg:.2f}/{total:g} kimg, {rate:.0f} s/kimg, ETA {rate * max(total - kimg, 0) / 60:.1f} min",
+              flush=True)
+        return {"kimg": kimg, "s_per_kimg": rate}
+
+    return hook
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    """The chapter's results.
+
+    Attributes:
+        config: The run's :class:`Config`.
+        generators: kind -> :class:`TrainedGenerator`.
+        metrics: One row per generator and metric: ``kind``, ``metric``, ``value``, ``protocol``.
+        samples: kind -> dict of uint8-ready float arrays in [0, 1] (N, C, H, W): ``"generated"``, ``"real"``,
+            ``"untrained"``, ``"truncation"`` (rows psi in ``TRUNCATIONS``), ``"projected_target"``,
+            ``"projected_w"``, ``"projected_wplus"``.
+        segmenters: dataset -> {"mask", "val_dice", "check"} of the cohort-trained U-Nets.
+        seconds: Wall seconds of :func:`run`.
+    """
+
+    config: Config
+    generators: dict[str, TrainedGenerator]
+    metrics: pd.DataFrame
+    samples: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    segmenters: dict[str, dict] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def value(self, kind: str, metric: str) -> float:
+        rows = self.metrics[(self.metrics["kind"] == kind) & (self.metrics["metric"] == metric)]
+        return float(rows["value"].iloc[0]) if len(rows) else float("nan")
+
+
+TRUNCATIONS = (0.5, 0.7, 1.0)
+
+
+def _as_float(images: np.ndarray) -> torch.Tensor:
+    """uint8 (N, H, W[, C]) -> float (N, C, H, W) in [0, 1]."""
+    tensor = torch.from_numpy(np.asarray(images)).float() / 255.0
+    return tensor[:, None] if tensor.ndim == 3 else tensor.permute(0, 3, 1, 2)
+
+
+@torch.no_grad()
+def generate(generator: StyleGenerator, count: int, seed: int, truncation_psi: float = 1.0,
+             batch_size: int = 50) -> torch.Tensor:
+    """``count`` images in [0, 1] (N, C, R, R) from seeded z."""
+    z = torch.randn(count, generator.z_dim, generator=torch.Generator().manual_seed(seed))
+    parts = [generator(z[i:i + batch_size], truncation_psi=truncation_psi, noise_mode="const")
+             for i in range(0, count, batch_size)]
+    return to_unit_range(torch.cat(parts)).clamp(0, 1)
+
+
+def to_cohort_size(images: torch.Tensor, config: Config) -> torch.Tensor:
+    """Images (N, C, R, R) in [0, 1] bilinearly resized to the cohort's side (where the U-Nets were trained)."""
+    if images.shape[-1] == config.cohort_size:
+        return images
+    return torch.nn.functional.interpolate(images, size=config.cohort_size, mode="bilinear",
+                                           align_corners=False).clamp(0, 1)
+
+
+@torch.no_grad()
+def unet_features(model, images: torch.Tensor, batch_size: int = 50) -> np.ndarray:
+    """Global-average-pooled encoder taps of a cohort-trained U-Net: one feature vector per image."""
+    rows = []
+    for i in range(0, len(images), batch_size):
+        taps = model.forward_features(images[i:i + batch_size])
+        encoder = taps[: len(taps) // 2]
+        rows.append(torch.cat([tap.mean(dim=(2, 3)) for tap in encoder], dim=1))
+    return torch.cat(rows).double().numpy()
+
+
+def _segmenter(dataset: str, config: Config, progress: bool):
+    cohort = load_cohort(dataset, **config.cohort_options("cxr-sg2" if dataset == "phantom-cxr" else "fundus-sg2"))
+    mask = FEATURE_MASKS[dataset]
+    patch = min(64, config.image_size)
+    model = trained_segmenter(cohort, mask, epochs=config.segmenter_epochs, patch_size=patch,
+                              patches_per_epoch=384, seed=config.seed, progress=progress)
+    dice = model.val_dice
+    check = "" if dice >= config.segmenter_min_dice else (f"{mask} segmenter validation Dice {dice:.3f} < "
+                                                          f"{config.segmenter_min_dice}")
+    return model.model, {"mask": mask, "val_dice": dice, "check": check}
+
+
+def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: str) -> tuple[list[dict], dict]:
+    """Metric rows and sample arrays of one generator (see :class:`Outcome`)."""
+    kind, generator = trained.kind, trained.generator
+    real_all = _as_float(load_images(kind, config))
+    count = min(config.eval_images, len(real_all))
+    pick = np.random.default_rng(derive_seed(config.seed, "eval", kind)).choice(len(real_all), count, replace=False)
+    real = real_all[np.sort(pick)]
+    seed = derive_seed(config.seed, "samples", kind)
+    fake = generate(generator, count, seed)
+    untrained = generate(StyleGenerator(config.stylegan_config(kind), seed=derive_seed(config.seed, "G", kind)),
+                         count, seed)
+    extractor = f"FD-{mask_name}-unet"
+    features = {name: unet_features(segmenter, to_cohort_size(images, config)) for name, images in
+                (("real", real), ("generated", fake), ("untrained", untrained))}
+    rows = []
+
+    def add(metric: str, value: float, protocol: str) -> None:
+        rows.append({"kind": kind, "metric": metric, "value": float(value), "protocol": protocol})
+
+    pooled = f"{count} generated (psi 1) vs {count} real training images; features: pooled encoder taps of the " \
+             f"cohort-trained {mask_name} U-Net" + (f" (both sets at {config.image_size} px, upsampled to "
+                                                    f"{config.cohort_size} px)" if config.image_size < config.cohort_size
+                                                   else "")
+    add(extractor, frechet_distance(features["real"], features["generated"]), pooled)
+    add(f"{extractor}/untrained", frechet_distance(features["real"], features["untrained"]),
+        pooled.replace("generated (psi 1)", "untrained-generator"))
+    kid, kid_std = kernel_inception_distance(features["real"], features["generated"], subset_size=min(100, count),
+                                             subsets=50, seed=config.seed)
+    add(f"KID-{mask_name}-unet", kid, pooled + "; cubic-kernel MMD^2, 50 subsets")
+    add(f"KID-{mask_name}-unet/std", kid_std, "standard deviation over the KID subsets")
+    precision, recall = knn_precision_recall(features["real"], features["generated"], k=3)
+    add("precision", precision, pooled + "; k-NN manifold (k=3, Kynkaanniemi et al. 2019)")
+    add("recall", recall, pooled + "; k-NN manifold (k=3, Kynkaanniemi et al. 2019)")
+    if config.image_size >= 16:
+        add("SWD", swd(real, fake, seed=config.seed).value, "Laplacian-pyramid 7x7 descriptors, x1e3 (progressive GAN)")
+    real_fraction = float((segment(segmenter, to_cohort_size(real, config)) >= 0.5).mean())
+    fake_fraction = float((segment(segmenter, to_cohort_size(fake, config)) >= 0.5).mean())
+    add(f"{mask_name}_fraction/real", real_fraction, f"{mask_name} U-Net, threshold 0.5, all pixels")
+    add(f"{mask_name}_fraction/generated", fake_fraction, f"{mask_name} U-Net, threshold 0.5, all pixels")
+    if config.image_size < config.cohort_size:  # what resampling to the generator's size costs the instrument
+        cohort = load_cohort(KINDS[kind][0], **config.cohort_options(kind))
+        native = _as_float(cohort.split("train").load_images())[np.sort(pick)]
+        add(f"{mask_name}_fraction/real_native", float((segment(segmenter, native) >= 0.5).mean()),
+            f"{mask_name} U-Net on the same real images at the cohort's {config.cohort_size} px (not resampled)")
+
+    held_out = _as_float(load_images(kind, config, "test"))[: config.projector_images]
+    samples = {"generated": fake[:16].numpy(), "real": real[:16].numpy(), "untrained": untrained[:8].numpy(),
+               "truncation": np.stack([generate(generator, 6, seed, psi).numpy() for psi in TRUNCATIONS]),
+               "projected_target": held_out.numpy()}
+    if len(held_out):
+        for space, label in (("w", "W"), ("w+", "W+")):
+            result = project(generator, held_out * 2 - 1, space=space, num_steps=config.projector_steps,
+                             w_avg_samples=2000, seed=config.seed)
+            reconstruction = to_unit_range(result.reconstruction).clamp(0, 1)
+            protocol = (f"{len(held_out)} held-out test images, {config.projector_steps} Adam steps, "
+                        f"{result.distance_name} loss")
+            add(f"projector_{label}/PSNR", psnr(reconstruction, held_out).item(), protocol + "; dB, data range 1")
+            add(f"projector_{label}/SSIM", ssim(reconstruction, held_out).item(), protocol + "; Gaussian 11x11")
+            samples["projected_" + ("wplus" if space == "w+" else "w")] = reconstruction.numpy()
+    add("kimg", trained.kimg, f"source: {trained.source}")
+    add("train_s_per_kimg", trained.seconds_per_kimg, "wall seconds of training / kimg (NaN: not trained here)")
+    return rows, samples
+
+
+def run(config: Config, kinds: tuple[str, ...] | None = None, progress: bool = True) -> Outcome:
+    """Load or train every generator, then evaluate each against its cohort."""
+    start = time.perf_counter()
+    kinds = tuple(kinds or KINDS)
+    generators = {kind: load_generator(kind, config, progress=progress) for kind in kinds}
+    segmenters, rows, samples = {}, [], {}
+    for kind in kinds:
+        dataset = KINDS[kind][0]
+        if dataset not in segmenters:
+            segmenters[dataset] = _segmenter(dataset, config, progress)
+        model, info = segmenters[dataset]
+        kind_rows, samples[kind] = evaluate(generators[kind], config, model, info["mask"])
+        rows.extend(kind_rows)
+    return Outcome(config, generators, pd.DataFrame(rows), samples,
+                   {dataset: info for dataset, (_, info) in segmenters.items()}, time.perf_counter() - start)
+
+
+def export_outcome(outcome: Outcome, directory: str | Path | None = None) -> list[Path]:
+    """Export every generator of a run into ``directory`` (default: the project's ``weights/``) with its metrics,
+    for a later session to load instead of training (run at ``paper`` on a GPU, then commit ``weights/``).
+
+    Example::
+
+        outcome = chapter.run(chapter.Config(**paper_parameters))
+        chapter.export_outcome(outcome)
+    """
+    directory = Path(directory) if directory is not None else PROJECT_ROOT / "weights"
+    paths = []
+    for kind, trained in outcome.generators.items():
+        rows = outcome.metrics[outcome.metrics["kind"] == kind]
+        metrics = {row.metric: row.value for row in rows.itertuples()}
+        data = {"dataset": KINDS[kind][0], **outcome.config.cohort_options(kind)}
+        paths.append(export_weights(trained.generator, directory, kind=kind, kimg=trained.kimg,
+                                    seed=outcome.config.seed, metrics=metrics, data=data))
+    return paths

@@ -1,0 +1,199 @@
+"""The generators chapter: shipped-weights loader (good, corrupt, mismatched), cache and resume, config
+validation, claims logic, and the k-NN precision/recall metric."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from anonpaper.experiments import generators as chapter
+from anonpaper.experiments.claims import FAILS, HOLDS, UNDECIDED
+from anonpaper.experiments.generators import pipeline
+from anonpaper.metrics.distribution import knn_precision_recall
+from anonpaper.models.stylegan import StyleGenerator, get_config
+from anonpaper.train.gan import train_gan
+
+pytestmark = pytest.mark.unit
+
+
+def tiny_config(tmp_path=None, **changes) -> chapter.Config:
+    values = dict(retina_patients=8, cxr_patients=4, fundus_sg3t_kimg=0.032, fundus_sg2_kimg=0.032,
+                  cxr_sg2_kimg=0.032, checkpoint_kimg=0.016, eval_images=8, min_eval_images=8, projector_images=1,
+                  projector_steps=2, segmenter_epochs=1, weights_dir=str(tmp_path / "weights") if tmp_path else None)
+    values.update(changes)
+    return chapter.Config(**values)
+
+
+def _state(generator) -> dict:
+    return {key: value.detach().clone() for key, value in generator.state_dict().items()}
+
+
+# -- shipped weights ------------------------------------------------------------------------------------------------
+
+def test_exported_weights_load_back_in_float16_precision(tmp_path):
+    config = get_config("sg2-tiny")
+    generator = StyleGenerator(config, seed=3)
+    path = chapter.export_weights(generator, tmp_path, kind="fundus-sg2", kimg=1.5, seed=3, metrics={"FD": 2.0})
+    loaded, record = chapter.load_weights(tmp_path, "fundus-sg2", config)
+    assert path.name == "fundus-sg2.pt" and record["kimg"] == 1.5 and record["metrics"] == {"FD": 2.0}
+    assert len(record["sha256"]) == 64
+    for key, value in generator.state_dict().items():
+        expected = value.half().float() if value.is_floating_point() else value
+        assert torch.equal(loaded.state_dict()[key], expected), key
+    assert chapter.load_weights(tmp_path / "elsewhere", "fundus-sg2", config) is None
+
+
+def test_corrupt_weights_are_refused_naming_the_file(tmp_path):
+    config = get_config("sg2-tiny")
+    path = chapter.export_weights(StyleGenerator(config, seed=0), tmp_path, kind="fundus-sg2", kimg=1, seed=0)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(chapter.WeightsRefused, match=r"fundus-sg2\.pt.*SHA-256"):
+        chapter.load_weights(tmp_path, "fundus-sg2", config)
+
+
+def test_weights_of_another_config_or_channels_are_refused(tmp_path):
+    config = get_config("sg2-tiny")
+    chapter.export_weights(StyleGenerator(config, seed=0), tmp_path, kind="fundus-sg2", kimg=1, seed=0)
+    with pytest.raises(chapter.WeightsRefused, match=r"fundus-sg2\.pt.*w_dim: expected 16"):
+        chapter.load_weights(tmp_path, "fundus-sg2", config.replace(w_dim=16))
+    with pytest.raises(chapter.WeightsRefused, match=r"fundus-sg2\.pt: 3 image channels.*asks for 1"):
+        chapter.load_weights(tmp_path, "fundus-sg2", config.replace(image_channels=1))
+    (tmp_path / "fundus-sg2.json").unlink()
+    with pytest.raises(chapter.WeightsRefused, match=r"fundus-sg2\.json is missing"):
+        chapter.load_weights(tmp_path, "fundus-sg2", config)
+
+
+def test_load_generator_uses_matching_weights_and_trains_on_refusal_only_when_asked(tmp_path):
+    config = tiny_config(tmp_path)
+    expected = config.stylegan_config("cxr-sg2")
+    chapter.export_weights(StyleGenerator(expected, seed=5), tmp_path / "weights", kind="cxr-sg2", kimg=7, seed=0)
+    trained = chapter.load_generator("cxr-sg2", config, train=False, progress=False)
+    assert trained.source == "weights" and trained.kimg == 7
+    wrong = tiny_config(tmp_path, cxr_sg2_config="sg2-cpu64")  # same kind, another architecture width
+    with pytest.raises(chapter.WeightsRefused, match="cxr-sg2.pt"):
+        chapter.load_generator("cxr-sg2", wrong, progress=False)
+    with pytest.raises(LookupError):
+        chapter.load_generator("cxr-sg2", tiny_config(tmp_path, cxr_sg2_config="sg2-cpu64",
+                                                      train_if_weights_refused=True), train=False, progress=False)
+
+
+# -- cache and resume -----------------------------------------------------------------------------------------------
+
+def test_interrupted_training_resumes_to_the_uninterrupted_generator(tmp_path, monkeypatch):
+    config = tiny_config(None)
+    kind = "fundus-sg3t"
+    monkeypatch.setenv("ANONPAPER_CACHE", str(tmp_path / "straight"))
+    straight = chapter.load_generator(kind, config, progress=False)
+    assert straight.source == "trained" and straight.resumed_from_kimg == 0
+    assert chapter.load_generator(kind, config, progress=False).source == "cache"
+
+    # An interrupted run: the same key's run folder holds a checkpoint from half-way.
+    monkeypatch.setenv("ANONPAPER_CACHE", str(tmp_path / "interrupted"))
+    key = pipeline.ArtifactCache(pipeline.CACHE_NAMESPACE).key(chapter.generator_description(kind, config))
+    run_dir = pipeline.cache_dir() / "stylegan-runs" / key
+    settings = pipeline.training_config(kind, config, output_dir=str(run_dir), progress=False)
+    settings.total_steps //= 2
+    stylegan = config.stylegan_config(kind)
+    images = pipeline.load_images(kind, config)
+    train_gan(StyleGenerator(stylegan, seed=pipeline.derive_seed(config.seed, "G", kind), implementation="fast"),
+              pipeline.ResidualDiscriminator(stylegan, seed=pipeline.derive_seed(config.seed, "D", kind)),
+              images, settings, device="cpu")
+    resumed = chapter.load_generator(kind, config, progress=False)
+    assert resumed.resumed_from_kimg == pytest.approx(config.kimg(kind) / 2)
+    for name, value in _state(straight.generator).items():
+        assert torch.equal(resumed.generator.state_dict()[name], value), name
+
+
+def test_cache_key_changes_with_config_data_and_seed():
+    base = chapter.generator_description("fundus-sg2", tiny_config())
+    for changes in ({"seed": 1}, {"retina_patients": 9}, {"fundus_sg2_kimg": 0.064}, {"augment": "ada"}):
+        assert chapter.generator_description("fundus-sg2", tiny_config(**changes)) != base, changes
+    assert chapter.generator_description("fundus-sg2", tiny_config(cxr_patients=5)) == base
+
+
+# -- config ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("changes, message", [
+    ({"fundus_sg3t_config": "sg2-tiny"}, "FUNDUS_SG3T_CONFIG must be a sg3t config"),
+    ({"cxr_sg2_config": "nope"}, "CXR_SG2_CONFIG must be one of"),
+    ({"fundus_sg2_kimg": 0}, "FUNDUS_SG2_KIMG must be a number > 0"),
+    ({"batch_size": 6}, "BATCH_SIZE must be a positive multiple of 4"),
+    ({"image_size": 48}, "IMAGE_SIZE must be a power of two"),
+    ({"augment": "mixup"}, "AUGMENT must be"),
+])
+def test_config_validation_names_the_parameter(changes, message):
+    with pytest.raises(ValueError, match=message):
+        chapter.Config(**changes)
+
+
+def test_config_channels_and_cohort_size():
+    config = chapter.Config()
+    assert config.stylegan_config("cxr-sg2").image_channels == 1
+    assert config.stylegan_config("fundus-sg3t").architecture == "sg3t"
+    assert config.cohort_size == 64 and config.cohort_options("cxr-sg2")["n_patients"] == config.cxr_patients
+
+
+# -- claims ---------------------------------------------------------------------------------------------------------
+
+def _outcome(values: dict[str, float], check: str = "", eval_images: int = 100) -> chapter.Outcome:
+    config = tiny_config(eval_images=eval_images, min_eval_images=50, projector_psnr_target=20.0, projector_images=8)
+    rows = [{"kind": "fundus-sg2", "metric": name, "value": value, "protocol": ""} for name, value in values.items()]
+    trained = chapter.TrainedGenerator("fundus-sg2", None, "trained", 1.0, pd.DataFrame(), 1.0)
+    samples = {"fundus-sg2": {"real": np.zeros((eval_images, 3, 32, 32))}}
+    return chapter.Outcome(config, {"fundus-sg2": trained}, pd.DataFrame(rows), samples,
+                           {"phantom-retina": {"mask": "vessel", "val_dice": 0.7, "check": check}})
+
+
+GOOD = {"FD-vessel-unet": 10.0, "FD-vessel-unet/untrained": 40.0, "vessel_fraction/real": 0.10,
+        "vessel_fraction/generated": 0.12, "projector_W+/PSNR": 25.0, "projector_W/PSNR": 20.0,
+        "projector_W+/SSIM": 0.8}
+
+
+def _verdicts(outcome) -> dict[str, str]:
+    return {claim.id: claim.verdict for claim in chapter.evaluate_claims(outcome)}
+
+
+def test_claims_hold_on_good_numbers_and_fail_on_bad_ones():
+    assert set(_verdicts(_outcome(GOOD)).values()) == {HOLDS}
+    bad = {**GOOD, "FD-vessel-unet": 20.0, "vessel_fraction/generated": 0.2, "projector_W+/PSNR": 15.0}
+    assert set(_verdicts(_outcome(bad)).values()) == {FAILS}
+
+
+def test_claims_undecided_for_small_runs_and_a_failed_segmenter():
+    small = _verdicts(_outcome(GOOD, eval_images=10))
+    assert small["fundus-sg2-fd"] == UNDECIDED and small["fundus-sg2-vessel-fraction"] == UNDECIDED
+    failed = _verdicts(_outcome(GOOD, check="vessel segmenter validation Dice 0.2 < 0.5"))
+    assert failed["fundus-sg2-vessel-fraction"] == UNDECIDED and failed["fundus-sg2-fd"] == HOLDS
+
+
+# -- precision / recall ---------------------------------------------------------------------------------------------
+
+def test_knn_precision_recall_separates_disjoint_sets():
+    rng = np.random.default_rng(0)
+    real = rng.normal(size=(40, 3))
+    assert knn_precision_recall(real, real) == (1.0, 1.0)
+    assert knn_precision_recall(real, real + 100.0) == (0.0, 0.0)
+    narrow = real[:20] * 0.01  # a collapsed generator: precise, little recall
+    precision, recall = knn_precision_recall(real, narrow)
+    assert precision == 1.0 and recall < 0.5
+
+
+def test_export_outcome_writes_loadable_weights_with_metrics(tmp_path):
+    config = tiny_config()
+    generator = StyleGenerator(config.stylegan_config("fundus-sg2"), seed=1)
+    trained = chapter.TrainedGenerator("fundus-sg2", generator, "trained", 0.5, pd.DataFrame(), 1.0)
+    metrics = pd.DataFrame([{"kind": "fundus-sg2", "metric": "SWD", "value": 3.0, "protocol": ""}])
+    outcome = chapter.Outcome(config, {"fundus-sg2": trained}, metrics)
+    (path,) = chapter.export_outcome(outcome, tmp_path)
+    _, record = chapter.load_weights(tmp_path, "fundus-sg2", config.stylegan_config("fundus-sg2"))
+    assert path.parent == tmp_path and record["metrics"] == {"SWD": 3.0} and record["data"]["n_patients"] == 8
+
+
+def test_vessel_claim_reports_the_native_fraction_when_generators_are_smaller_than_the_cohort():
+    claims = chapter.evaluate_claims(_outcome({**GOOD, "vessel_fraction/real_native": 0.09}))
+    (vessel,) = [claim for claim in claims if claim.id == "fundus-sg2-vessel-fraction"]
+    assert vessel.ours["real_native"] == 0.09 and "against 0.0900 at 64 px" in vessel.reason
