@@ -12,6 +12,7 @@ both sets have the same number of images, which it requires).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -72,7 +73,14 @@ def _check_feature_pair(features_first, features_second):
 def _matrix_sqrt_product(covariance_first: np.ndarray, covariance_second: np.ndarray) -> np.ndarray:
     """sqrtm(S1 S2) in float64; on a singular product retry with 1e-6 added to both diagonals (as in TTUR/FID)."""
     product = covariance_first @ covariance_second
-    root = scipy.linalg.sqrtm(product)
+    # Fewer samples than feature dimensions make S1 S2 singular: scipy then warns (a stderr line in every
+    # notebook) or returns non-finite entries. Either way the reference protocol retries with an offset.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", scipy.linalg.LinAlgWarning)
+        try:
+            root = scipy.linalg.sqrtm(product)
+        except scipy.linalg.LinAlgWarning:
+            root = np.full_like(product, np.nan)
     if not np.isfinite(root).all():
         offset = np.eye(covariance_first.shape[0]) * 1e-6
         root = scipy.linalg.sqrtm((covariance_first + offset) @ (covariance_second + offset))
