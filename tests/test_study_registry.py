@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from anonpaper.runner.book import toc_chapters
-from anonpaper.runner.studies import load_registry
+from anonpaper.runner.studies import load_registry, study_config
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,3 +38,16 @@ def test_notebook_is_clean_and_parameterized(study):
 
 def registry_profiles():
     return list(load_registry(ROOT).profiles)
+
+
+def test_study_config_applies_the_profile_over_the_config_defaults():
+    registry = load_registry()
+    smoke = registry.study("02_generators").parameters("smoke")
+    config = study_config("02_generators", "smoke")
+    assert config.parameters()["RETINA_PATIENTS"] == smoke["RETINA_PATIENTS"]
+    quick = study_config("02_generators", "quick")
+    assert quick == registry.study("02_generators").config_class()()
+    with pytest.raises(ValueError, match="unknown profile"):
+        study_config("02_generators", "huge")
+    with pytest.raises(ValueError, match="unknown notebook"):
+        study_config("99_nothing", "smoke")

@@ -10,5 +10,6 @@ Notebook-side API (import cheaply; papermill is only imported by the executing s
 """
 
 from anonpaper.runner.record import Results
+from anonpaper.runner.studies import study_config
 
-__all__ = ["Results"]
+__all__ = ["Results", "study_config"]

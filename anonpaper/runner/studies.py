@@ -467,3 +467,18 @@ def load_registry(root: Path | None = None) -> Registry:
     registry = Registry(root=root, profiles=profiles, studies=studies)
     registry.ordered()  # raises on cycles
     return registry
+
+
+def study_config(name: str, profile: str, root: Path | None = None):
+    """The effective config of study ``name`` at ``profile``: its config class at the profile's parameters.
+
+    A chapter that stands on another chapter's products (the GAN chapters on the generators chapter's
+    generators) builds that chapter's config with this, so both agree on what "the smoke generator" is.
+
+    Raises:
+        ValueError: Unknown study or profile, or a study that names no config class.
+    """
+    registry = load_registry(root)
+    registry.check_profile(profile)
+    study = registry.study(name)
+    return study.config_class().from_parameters(study.parameters(profile))
