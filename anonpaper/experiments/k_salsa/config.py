@@ -1,0 +1,91 @@
+"""The k-SALSA chapter's parameters: one frozen config, defaults = the ``quick`` profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from anonpaper.experiments.chapter import ChapterConfig, parameter
+
+BACKBONES = ("small_cnn", "resnet18d", "resnet26d", "resnet50d")
+
+
+@dataclass(frozen=True)
+class Config(ChapterConfig):
+    """Everything that determines the chapter's private set, synthetic images and numbers (see the help texts)."""
+
+    seed: int = parameter(0, "Seed of every random draw (private subset, classifiers, attacker splits, bootstrap).")
+    generators_profile: str = parameter("quick", "Profile of the generators chapter (02_generators) whose fundus "
+                                                 "StyleGAN2 this chapter uses (its image size, cohort and training); "
+                                                 "the paper: a 512 px StyleGAN2-ADA trained on EyePACS / APTOS.")
+    private_images: int = parameter(246, "Private fundus images (drawn from the generator cohort's train split) that "
+                                         "k-SALSA summarises; not a multiple of 5, 10 or 20, so clusters with a "
+                                         "remainder occur (the paper: the whole training set).")
+    k_values: tuple = parameter((2, 5, 10, 20), "Cluster sizes k of k-anonymity (the paper: 2, 5, 10, 20 ...).")
+    projector_steps: int = parameter(200, "Projector Adam steps per image, into W+ without noise maps (the paper "
+                                          "inverts with a ReStyle/pSp encoder, 5 refinement iterations; the "
+                                          "StyleGAN2-ADA projector recipe: 1000 steps).")
+    alignment_steps: int = parameter(30, "Local style alignment Adam steps per cluster (the paper: 100).")
+    alignment_lr: float = parameter(0.1, "Peak learning rate of the alignment (the paper: 0.1, projector schedule).")
+    content_weight: float = parameter(1e2, "Weight of the content loss (cosine distance of pooled deep features to "
+                                           "the members' reconstructions; the paper: 1e2).")
+    style_weight: float = parameter(1e-2, "Weight of the patch-Gram style loss (the paper: 1e-6 on VGG19 conv1_2 "
+                                          "Grams of 512 px images; the cohort U-Net's first-tap Grams at 32-64 px "
+                                          "are about 1e4 times smaller, so 1e-6 would switch style off).")
+    patch_grid: int = parameter(4, "Patches per side of the local style loss (the paper: a 4 x 4 grid).")
+    classifier_backbone: str = parameter("small_cnn", "Backbone of the DR classifier trained on the synthetic images "
+                                                      "(the paper: a ResNet-50).")
+    classifier_epochs: int = parameter(30, "Epochs of each DR classifier (selected on its own training set: the "
+                                           "recipient of the synthetic data has no real images).")
+    attacker_epochs: int = parameter(15, "Epochs of each membership-inference pair classifier.")
+    attacker_test_fraction: float = parameter(0.4, "Share of the clusters held out for scoring the membership attack "
+                                                   "(the rest train and validate the attacker).")
+    min_test_images: int = parameter(40, "Smallest test set (real test images for utility, held-out candidate pool "
+                                         "for membership) on which a claim is decided.")
+    min_eval_images: int = parameter(20, "Fewest synthetic images at a k for its FD to count in the fidelity claim "
+                                         "(FD is biased upwards on small sets; both methods have the same count).")
+    bootstrap: int = parameter(200, "Bootstrap resamples for standard errors (patients for utility, synthetic images "
+                                    "for FD).")
+    device: str | None = parameter(None, "Device: None picks CUDA when available, else 'cpu' or 'cuda:N'.")
+
+    def __post_init__(self):
+        object.__setattr__(self, "k_values", tuple(self.k_values))
+        checks = [
+            (isinstance(self.seed, int) and self.seed >= 0, f"SEED must be a non-negative integer, got {self.seed!r}"),
+            (self.generators_profile in ("smoke", "quick", "paper"),
+             f"GENERATORS_PROFILE must be 'smoke', 'quick' or 'paper', got {self.generators_profile!r}"),
+            (isinstance(self.private_images, int) and self.private_images >= 4,
+             f"PRIVATE_IMAGES must be an integer >= 4, got {self.private_images!r}"),
+            (len(self.k_values) >= 2 and all(isinstance(k, int) and k >= 2 for k in self.k_values)
+             and list(self.k_values) == sorted(set(self.k_values)),
+             f"K_VALUES must be at least two increasing integers >= 2, got {self.k_values!r}"),
+            (isinstance(self.projector_steps, int) and self.projector_steps >= 1,
+             f"PROJECTOR_STEPS must be a positive integer, got {self.projector_steps!r}"),
+            (isinstance(self.alignment_steps, int) and self.alignment_steps >= 1,
+             f"ALIGNMENT_STEPS must be a positive integer, got {self.alignment_steps!r}"),
+            (self.alignment_lr > 0, f"ALIGNMENT_LR must be positive, got {self.alignment_lr!r}"),
+            (self.content_weight >= 0, f"CONTENT_WEIGHT must be >= 0, got {self.content_weight!r}"),
+            (self.style_weight >= 0, f"STYLE_WEIGHT must be >= 0, got {self.style_weight!r}"),
+            (isinstance(self.patch_grid, int) and self.patch_grid >= 1,
+             f"PATCH_GRID must be a positive integer, got {self.patch_grid!r}"),
+            (self.classifier_backbone in BACKBONES,
+             f"CLASSIFIER_BACKBONE must be one of {BACKBONES}, got {self.classifier_backbone!r}"),
+            (isinstance(self.classifier_epochs, int) and self.classifier_epochs >= 1,
+             f"CLASSIFIER_EPOCHS must be a positive integer, got {self.classifier_epochs!r}"),
+            (isinstance(self.attacker_epochs, int) and self.attacker_epochs >= 1,
+             f"ATTACKER_EPOCHS must be a positive integer, got {self.attacker_epochs!r}"),
+            (0.1 <= self.attacker_test_fraction <= 0.8,
+             f"ATTACKER_TEST_FRACTION must lie in [0.1, 0.8], got {self.attacker_test_fraction!r}"),
+            (isinstance(self.min_test_images, int) and self.min_test_images >= 1,
+             f"MIN_TEST_IMAGES must be a positive integer, got {self.min_test_images!r}"),
+            (isinstance(self.min_eval_images, int) and self.min_eval_images >= 2,
+             f"MIN_EVAL_IMAGES must be an integer >= 2, got {self.min_eval_images!r}"),
+            (isinstance(self.bootstrap, int) and self.bootstrap >= 0,
+             f"BOOTSTRAP must be a non-negative integer, got {self.bootstrap!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        # Three cluster roles (attacker train, attacker validation, held out) need three clusters at the largest k.
+        if self.private_images < 3 * max(self.k_values):
+            raise ValueError(f"PRIVATE_IMAGES must be at least 3 x the largest k ({3 * max(self.k_values)}) so that "
+                             f"the attacker has train, validation and held-out clusters, got {self.private_images!r}")

@@ -1,0 +1,546 @@
+"""The k-SALSA pipeline (Jeon et al., ECCV 2022): private fundus images -> W+ codes -> k-anonymous clusters ->
+one synthetic image per cluster by three methods -> fidelity, utility and privacy against k.
+
+1. The generators chapter's fundus StyleGAN2 (:func:`anonpaper.experiments.generators.load_generator`) and its
+   cohort: ``private_images`` images of the train split are the private set; the test split is the real test set
+   of the DR classifiers.
+2. Inversion (:func:`invert`): the StyleGAN2-ADA projector into W+ without noise maps (k-SALSA's encoder also
+   returns W+ codes only), so ``G(w)`` with constant noise is each image's reconstruction; PSNR / SSIM and seconds.
+3. Per k: same-size clusters on the flattened codes (:func:`anonpaper.methods.ksalsa.same_size_clusters`, the
+   remainder joins the nearest clusters), and three releases of one image per cluster (:func:`synthesize`):
+   k-same pixel averaging of the members, the latent centroid ``G(mean w)``, and k-SALSA's local style alignment
+   from the centroid (content: cosine distance of pooled deep features to the members' reconstructions; style:
+   patch Gram matrices of early features of the members' real images; features: the cohort-trained vessel U-Net
+   of the generators chapter, in place of the paper's MoCo ResNet-50 and VGG19).
+4. Evaluation per (k, method):
+
+   - fidelity (:func:`fidelity`): ``FD-vessel-unet`` and ``KID-vessel-unet`` of the N/k synthetic images against
+     the private images (pooled U-Net encoder features, as the generators chapter), with bootstrap SEs over the
+     synthetic images and a paired bootstrap of the centroid - aligned difference; a random set of as many real
+     test images gives the small-set reference;
+   - utility (:func:`utility`): a DR classifier (5 ICDR grades) trained on the synthetic images labelled with their
+     cluster's majority grade, tested on the real test images (accuracy, quadratic weighted kappa, patient-bootstrap
+     SEs); the same classifier trained on the private real images is the reference;
+   - privacy (:func:`membership_attack`, :func:`reidentification`): the clusters are split into attacker-train,
+     attacker-validation and held-out clusters; a pair classifier on [synthetic, candidate] trained on the known
+     clusters scores every (held-out synthetic, held-out candidate) pair, and top-k precision is compared with
+     chance (members / candidates); the cohort's identity matcher (SIFT + homography inliers) scores the same pairs
+     without training.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from anonpaper.data import load_cohort
+from anonpaper.experiments.generators import Config as GeneratorsConfig
+from anonpaper.experiments.generators import load_generator
+from anonpaper.experiments.generators.pipeline import FEATURE_MASKS, load_images, to_cohort_size, unet_features
+from anonpaper.experiments.k_salsa.config import Config
+from anonpaper.methods.ksalsa import (cluster_members, k_salsa_synthesize, k_same_pixel_average,
+                                      latent_centroid_images, same_size_clusters)
+from anonpaper.metrics.classification import accuracy, quadratic_weighted_kappa
+from anonpaper.metrics.distribution import frechet_distance, kernel_inception_distance
+from anonpaper.metrics.identity import keypoint_similarity, sift_features
+from anonpaper.metrics.privacy import cluster_membership, cluster_membership_top_k_precision
+from anonpaper.metrics.quality import psnr, ssim
+from anonpaper.metrics.statistics import patient_bootstrap_se
+from anonpaper.models.classifiers import build_classifier
+from anonpaper.models.stylegan import project, to_unit_range
+from anonpaper.runtime import derive_seed, get_device
+from anonpaper.train.classifier import predict_proba, train_classifier
+from anonpaper.train.loop import TrainSettings
+from anonpaper.train.membership import membership_attack_scores, train_membership_classifier
+from anonpaper.train.pretrained import trained_segmenter
+
+KIND = "fundus-sg2"
+METHODS = ("k-same pixel", "centroid", "k-SALSA")
+NUM_GRADES = 5  # ICDR grades 0-4, the paper's EyePACS / APTOS labels
+PROJECTOR_BATCH = 64  # images projected together (independent Adam problems; bounds memory at large sizes)
+VAL_FRACTION = 0.1  # share of the clusters that validate the attacker (at least one)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data and instruments
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class PrivateData:
+    """The private set and the real test set, at the generator's resolution.
+
+    Attributes:
+        private: float ``(N, 3, R, R)`` in ``[0, 1]``: the images k-SALSA summarises.
+        private_grades: int64 ``(N,)`` ICDR grade 0-4.
+        private_patients: ``(N,)`` patient ids (str).
+        test: float ``(T, 3, R, R)`` in ``[0, 1]``: real test images of other patients.
+        test_grades: int64 ``(T,)``.
+        test_patients: ``(T,)`` patient ids.
+        cohort_size: Side of the cohort images (the U-Net's training size), ``>= R``.
+    """
+
+    private: torch.Tensor
+    private_grades: np.ndarray
+    private_patients: np.ndarray
+    test: torch.Tensor
+    test_grades: np.ndarray
+    test_patients: np.ndarray
+    cohort_size: int
+
+
+def _as_float(images: np.ndarray) -> torch.Tensor:
+    """uint8 ``(N, H, W, C)`` -> float ``(N, C, H, W)`` in ``[0, 1]``."""
+    return torch.from_numpy(np.asarray(images)).float().div(255.0).permute(0, 3, 1, 2).contiguous()
+
+
+def load_data(config: Config, generator_config: GeneratorsConfig) -> PrivateData:
+    """The private subset of the generator cohort's train split and the whole test split, at the generator's size.
+
+    Raises:
+        ValueError: When the train split has fewer than ``config.private_images`` images.
+    """
+    cohort = load_cohort("phantom-retina", **generator_config.cohort_options(KIND))
+    train, test = cohort.split("train"), cohort.split("test")
+    if len(train) < config.private_images:
+        raise ValueError(f"PRIVATE_IMAGES = {config.private_images} exceeds the {len(train)} train images of the "
+                         f"generators chapter's {generator_config.retina_patients}-patient fundus cohort")
+    rng = np.random.default_rng(derive_seed(config.seed, "k-salsa-private"))
+    rows = np.sort(rng.choice(len(train), config.private_images, replace=False))
+    private = _as_float(load_images(KIND, generator_config, "train"))[rows]
+    return PrivateData(private=private, private_grades=train.table["dr_grade"].to_numpy()[rows].astype(np.int64),
+                       private_patients=train.table["patient_id"].astype(str).to_numpy()[rows],
+                       test=_as_float(load_images(KIND, generator_config, "test")),
+                       test_grades=test.table["dr_grade"].to_numpy().astype(np.int64),
+                       test_patients=test.table["patient_id"].astype(str).to_numpy(),
+                       cohort_size=generator_config.cohort_size)
+
+
+def feature_network(generator_config: GeneratorsConfig, progress: bool = False):
+    """The generators chapter's cohort-trained vessel U-Net (same training settings, so the same cache entry) and
+    its held-out Dice."""
+    cohort = load_cohort("phantom-retina", **generator_config.cohort_options(KIND))
+    model = trained_segmenter(cohort, FEATURE_MASKS["phantom-retina"], epochs=generator_config.segmenter_epochs,
+                              patch_size=min(64, generator_config.image_size), patches_per_epoch=384,
+                              seed=generator_config.seed, progress=progress)
+    for parameter in model.model.parameters():
+        parameter.requires_grad_(False)
+    return model.model.eval(), model.val_dice
+
+
+def feature_taps(network, cohort_size: int) -> Callable[[torch.Tensor], list[torch.Tensor]]:
+    """The alignment's feature extractor: ``[0, 1]`` images -> the U-Net's ``2 * depth`` feature maps, computed at
+    the cohort size the U-Net was trained at (bilinear, differentiable)."""
+
+    def taps(images: torch.Tensor) -> list[torch.Tensor]:
+        if images.shape[-1] != cohort_size:
+            images = F.interpolate(images, size=cohort_size, mode="bilinear", align_corners=False)
+        return list(network.forward_features(images))
+
+    return taps
+
+
+def features(network, images: torch.Tensor, cohort_size: int) -> np.ndarray:
+    """Pooled encoder features ``(N, D)`` of ``[0, 1]`` images, as the generators chapter's FD uses."""
+    if images.shape[-1] != cohort_size:
+        images = F.interpolate(images, size=cohort_size, mode="bilinear", align_corners=False).clamp(0, 1)
+    return unet_features(network, images)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Inversion
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class Inversion:
+    """W+ codes of the private images.
+
+    Attributes:
+        codes: float32 ``(N, L, D)`` W+ codes.
+        reconstructions: float ``(N, 3, R, R)`` ``G(codes)`` (constant noise) in ``[0, 1]``.
+        psnr: Per-image PSNR (dB, data range 1) of the reconstructions, ``(N,)``.
+        ssim: Per-image SSIM, ``(N,)``.
+        seconds: Wall seconds of the inversion.
+        method: Description of the inversion.
+    """
+
+    codes: torch.Tensor
+    reconstructions: torch.Tensor
+    psnr: np.ndarray
+    ssim: np.ndarray
+    seconds: float
+    method: str
+
+
+def invert(generator, images: torch.Tensor, steps: int, seed: int) -> Inversion:
+    """Project ``[0, 1]`` images into W+ (no noise maps: the code alone must carry the image, as k-SALSA's
+    encoder output does), ``PROJECTOR_BATCH`` at a time."""
+    started = time.perf_counter()
+    codes, reconstructions = [], []
+    for start in range(0, len(images), PROJECTOR_BATCH):
+        result = project(generator, images[start:start + PROJECTOR_BATCH] * 2 - 1, space="w+", num_steps=steps,
+                         optimize_noise=False, w_avg_samples=2000, seed=seed)
+        codes.append(result.ws.float().cpu())
+        reconstructions.append(to_unit_range(result.reconstruction).cpu().float())
+    reconstruction = torch.cat(reconstructions)
+    return Inversion(codes=torch.cat(codes), reconstructions=reconstruction,
+                     psnr=psnr(reconstruction, images, reduction="none").numpy(),
+                     ssim=ssim(reconstruction, images, reduction="none").numpy(),
+                     seconds=time.perf_counter() - started,
+                     method=f"StyleGAN2-ADA projector, W+, {steps} Adam steps, pixel + Laplacian-pyramid distance, "
+                            "no noise maps")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Synthesis
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class Release:
+    """The three releases at one k.
+
+    Attributes:
+        k: Cluster size.
+        labels: int64 ``(N,)`` cluster of every private image.
+        images: method -> float ``(C, 3, R, R)`` in ``[0, 1]``, row ``c`` = cluster ``c``.
+        grades: int64 ``(C,)`` majority ICDR grade of each cluster (ties: the lower grade).
+        alignment_loss: ``(initial, final)`` mean alignment loss over clusters.
+        seconds: method -> wall seconds of its synthesis.
+    """
+
+    k: int
+    labels: np.ndarray
+    images: dict[str, torch.Tensor]
+    grades: np.ndarray
+    alignment_loss: tuple[float, float]
+    seconds: dict[str, float]
+
+
+def majority_grades(labels: np.ndarray, grades: np.ndarray) -> np.ndarray:
+    """Majority grade of each cluster (``bincount`` argmax: ties go to the lower grade).
+
+    >>> majority_grades(np.array([0, 0, 0, 1, 1]), np.array([2, 2, 4, 1, 3])).tolist()
+    [2, 1]
+    """
+    return np.array([np.bincount(grades[members], minlength=NUM_GRADES).argmax()
+                     for members in cluster_members(labels)], dtype=np.int64)
+
+
+def synthesize(generator, inversion: Inversion, data: PrivateData, taps, k: int, config: Config,
+               progress: bool = False) -> Release:
+    """Cluster the codes at ``k`` and release one image per cluster by each method of :data:`METHODS`."""
+    labels = same_size_clusters(inversion.codes, k)
+    seconds = {}
+    started = time.perf_counter()
+    pixel = k_same_pixel_average(data.private, labels).clamp(0, 1)
+    seconds["k-same pixel"] = time.perf_counter() - started
+    started = time.perf_counter()
+    centroid = latent_centroid_images(generator, inversion.codes, labels).cpu()
+    seconds["centroid"] = time.perf_counter() - started
+    started = time.perf_counter()
+    depth = len(taps(data.private[:1])) // 2
+    result = k_salsa_synthesize(generator, inversion.codes, taps, labels=labels, member_images=data.private,
+                                progress=progress, num_steps=config.alignment_steps,
+                                learning_rate=config.alignment_lr, content_weight=config.content_weight,
+                                style_weight=config.style_weight, patch_grid=config.patch_grid,
+                                content_tap=depth - 1, style_tap=0)
+    seconds["k-SALSA"] = time.perf_counter() - started
+    return Release(k=k, labels=labels, images={"k-same pixel": pixel, "centroid": centroid,
+                                               "k-SALSA": result.aligned_images.cpu()},
+                   grades=majority_grades(labels, data.private_grades),
+                   alignment_loss=(float(np.mean(result.initial_losses)), float(np.mean(result.final_losses))),
+                   seconds=seconds)
+
+
+def cluster_summary(labels: np.ndarray, k: int) -> dict[str, Any]:
+    """Sizes of one clustering: the remainder check (every cluster >= k, every image in exactly one cluster).
+
+    >>> cluster_summary(np.array([0, 0, 1, 1, 1]), 2)["min_size"]
+    2
+    """
+    sizes = np.bincount(labels)
+    return {"k": k, "images": int(len(labels)), "remainder": int(len(labels) % k), "clusters": int(len(sizes)),
+            "min_size": int(sizes.min()), "max_size": int(sizes.max()),
+            "clusters_above_k": int((sizes > k).sum()), "every_image_once": bool(sizes.sum() == len(labels))}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------------------------
+def _bootstrap_fd(real: np.ndarray, sets: dict[str, np.ndarray], resamples: int, seed: int) -> dict[str, np.ndarray]:
+    """FD of every set on bootstrap resamples of its rows; sets of equal size share the resampled rows (paired:
+    the methods' row ``c`` is the same cluster), so differences between them have a paired SE."""
+    rng = np.random.default_rng(seed)
+    values = {name: [] for name in sets}
+    for _ in range(resamples):
+        rows_by_size: dict[int, np.ndarray] = {}
+        for name, rows_features in sets.items():
+            count = len(rows_features)
+            if count not in rows_by_size:
+                rows_by_size[count] = rng.integers(0, count, count)
+            values[name].append(frechet_distance(real, rows_features[rows_by_size[count]]))
+    return {name: np.asarray(draws) for name, draws in values.items()}
+
+
+def fidelity(real_features: np.ndarray, synthetic: dict[str, np.ndarray], reference: np.ndarray, config: Config,
+             k: int) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """FD / KID of each method's synthetic features against the private images' features.
+
+    Args:
+        real_features: ``(N, D)`` features of the private images.
+        synthetic: method -> ``(C, D)`` features of its synthetic images.
+        reference: ``(C', D)`` features of as many real test images (the small-set reference, ``"real test"``).
+        config: The chapter config (bootstrap, seed).
+        k: Cluster size (seeds).
+
+    Returns:
+        ``(per method incl. "real test": {"fd", "fd_se", "kid", "kid_std"}, {"difference": FD(centroid) -
+        FD(k-SALSA), "difference_se": its paired-bootstrap SE})``; SEs are NaN below 2 resamples.
+    """
+    rows = {}
+    sets = {**synthetic, "real test": reference}
+    draws = _bootstrap_fd(real_features, sets, config.bootstrap, derive_seed(config.seed, "fd-bootstrap", k)) \
+        if config.bootstrap >= 2 else {}
+    for name, values in sets.items():
+        kid, kid_std = kernel_inception_distance(real_features, values, subset_size=min(100, len(values)),
+                                                 subsets=50, seed=derive_seed(config.seed, "kid", k))
+        rows[name] = {"fd": frechet_distance(real_features, values),
+                      "fd_se": float(np.std(draws[name], ddof=1)) if draws else float("nan"),
+                      "kid": kid, "kid_std": kid_std}
+    difference = rows["centroid"]["fd"] - rows["k-SALSA"]["fd"]
+    se = float(np.std(draws["centroid"] - draws["k-SALSA"], ddof=1)) if draws else float("nan")
+    return rows, {"difference": difference, "difference_se": se}
+
+
+def train_dr_classifier(images: torch.Tensor, grades: np.ndarray, config: Config, tag: str, device=None):
+    """A DR-grade classifier trained on ``images`` (synthetic, or the private reals for the reference), selected
+    on its own training set: the recipient of a synthetic release has no real images to validate on."""
+    torch.manual_seed(derive_seed(config.seed, "dr-init", tag))
+    model = build_classifier(config.classifier_backbone, images.shape[1], NUM_GRADES)
+    settings = TrainSettings(epochs=config.classifier_epochs, batch_size=int(min(32, max(2, len(images)))), lr=1e-3,
+                             lr_schedule="cosine", seed=derive_seed(config.seed, "dr", tag), device=device,
+                             progress=False)
+    return train_classifier(model, (images, grades), (images, grades), settings).model
+
+
+def utility(model, data: PrivateData, config: Config, tag: str) -> dict[str, float]:
+    """Accuracy and QWK of a DR classifier on the real test images, with patient-bootstrap SEs."""
+    prediction = predict_proba(model, data.test).argmax(1)
+    truth = data.test_grades
+
+    def kappa(true: np.ndarray, predicted: np.ndarray) -> float:
+        return quadratic_weighted_kappa(true, predicted, NUM_GRADES)
+
+    seed = derive_seed(config.seed, "utility-bootstrap", tag)
+    return {"accuracy": accuracy(truth, prediction),
+            "accuracy_se": patient_bootstrap_se(truth, prediction, data.test_patients, accuracy, config.bootstrap,
+                                                seed),
+            "qwk": kappa(truth, prediction),
+            "qwk_se": patient_bootstrap_se(truth, prediction, data.test_patients, kappa, config.bootstrap, seed),
+            "n_test": int(len(truth)), "predicted_classes": int(len(np.unique(prediction)))}
+
+
+def attack_split(clusters: int, config: Config, k: int) -> dict[str, np.ndarray]:
+    """Cluster ids of the attacker's train, validation and held-out ("test") clusters (seeded; disjoint; each
+    non-empty).
+
+    >>> split = attack_split(10, Config(), 5)
+    >>> sorted(np.concatenate(list(split.values())).tolist()) == list(range(10))
+    True
+    """
+    if clusters < 3:
+        raise ValueError(f"the membership attack needs at least 3 clusters (train, validation, held out), got "
+                         f"{clusters}")
+    order = np.random.default_rng(derive_seed(config.seed, "attack-split", k)).permutation(clusters)
+    held_out = int(np.clip(round(config.attacker_test_fraction * clusters), 1, clusters - 2))
+    validation = int(np.clip(round(VAL_FRACTION * clusters), 1, clusters - held_out - 1))
+    return {"test": np.sort(order[:held_out]), "val": np.sort(order[held_out:held_out + validation]),
+            "train": np.sort(order[held_out + validation:])}
+
+
+def _pool(labels: np.ndarray, clusters: np.ndarray) -> np.ndarray:
+    """Rows of the private images that belong to ``clusters``."""
+    return np.flatnonzero(np.isin(labels, clusters))
+
+
+def _precision_row(result: dict, prefix: str) -> dict[str, float]:
+    per_cluster = np.asarray(result["per_cluster"], dtype=np.float64)
+    se = float(per_cluster.std(ddof=1) / np.sqrt(len(per_cluster))) if len(per_cluster) > 1 else float("nan")
+    return {f"{prefix}_precision": result["precision_at_k"], f"{prefix}_se": se, f"{prefix}_chance": result["chance"]}
+
+
+def membership_attack(synthetic: torch.Tensor, data: PrivateData, labels: np.ndarray, split: dict[str, np.ndarray],
+                      k: int, config: Config, tag: str, device=None) -> dict[str, float]:
+    """Train the pair classifier on the attacker's clusters and score the held-out ones (top-k precision)."""
+
+    def part(name: str) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        pool = _pool(labels, split[name])
+        return synthetic[split[name]], data.private[pool], cluster_membership(labels[pool], split[name])
+
+    torch.manual_seed(derive_seed(config.seed, "attacker-init", tag))
+    settings = TrainSettings(epochs=config.attacker_epochs, lr_schedule="cosine",
+                             seed=derive_seed(config.seed, "attacker", tag), device=device, progress=False)
+    model = train_membership_classifier(part("train"), part("val"), settings).model
+    pool = _pool(labels, split["test"])
+    scores = membership_attack_scores(model, synthetic[split["test"]], data.private[pool])
+    result = cluster_membership_top_k_precision(scores, labels[pool], split["test"], k=k)
+    return {**_precision_row(result, "membership"), "pool": int(len(pool)), "held_out_clusters": len(split["test"])}
+
+
+def sift_bank(images: torch.Tensor, cohort_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """SIFT keypoints and descriptors of every image, at the cohort size (where the matcher was checked)."""
+    if images.shape[-1] != cohort_size:
+        images = F.interpolate(images, size=cohort_size, mode="bilinear", align_corners=False).clamp(0, 1)
+    return [sift_features(image) for image in images]
+
+
+def reidentification(synthetic_bank: list, private_bank: list, labels: np.ndarray, split: dict[str, np.ndarray],
+                     k: int) -> dict[str, float]:
+    """The identity matcher as an untrained attacker: SIFT homography inliers of each held-out candidate (first,
+    the "original") against each held-out synthetic image, top-k precision against chance."""
+    pool = _pool(labels, split["test"])
+    scores = np.array([[keypoint_similarity(*private_bank[row], *synthetic_bank[cluster]) for row in pool]
+                       for cluster in split["test"]])
+    result = cluster_membership_top_k_precision(scores, labels[pool], split["test"], k=k)
+    return _precision_row(result, "reid")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The whole experiment
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    """What :func:`run` returns.
+
+    Attributes:
+        config: The chapter config.
+        generator: ``{"kind", "source", "kimg", "resolution", "config", "profile"}`` of the generator used.
+        segmenter_dice: Held-out Dice of the feature U-Net.
+        inversion: :class:`Inversion` summary without the codes: ``{"psnr", "psnr_se", "ssim", "ssim_se",
+            "seconds", "seconds_per_image", "method", "images"}``.
+        clusters: One row per k (:func:`cluster_summary`).
+        results: One row per (k, method) (methods: :data:`METHODS`, plus ``"real test"`` rows with only FD / KID):
+            ``n_synthetic``, ``fd``, ``fd_se``, ``kid``, ``kid_std``, ``accuracy``, ``accuracy_se``, ``qwk``,
+            ``qwk_se``, ``n_test``, ``membership_precision``, ``membership_se``, ``membership_chance``, ``pool``,
+            ``held_out_clusters``, ``reid_precision``, ``reid_se``, ``reid_chance``, ``seconds``.
+        fd_differences: k -> ``{"difference": FD(centroid) - FD(k-SALSA), "difference_se"}``.
+        reference: The DR classifier trained on the private real images (utility row) and the majority rate.
+        alignment: One row per k: mean alignment loss at the centroid and after alignment.
+        examples: k -> {"members": list of ``(M, 3, R, R)`` arrays, method -> ``(S, 3, R, R)``} for a few clusters.
+        reconstructions: ``{"private", "reconstruction"}`` float arrays of a few private images.
+        timings: Stage -> wall seconds.
+        seconds: Wall seconds of :func:`run`.
+    """
+
+    config: Config
+    generator: dict[str, Any]
+    segmenter_dice: float
+    inversion: dict[str, Any]
+    clusters: pd.DataFrame
+    results: pd.DataFrame
+    fd_differences: dict[int, dict[str, float]]
+    reference: dict[str, float]
+    alignment: pd.DataFrame
+    examples: dict[int, dict[str, Any]] = field(default_factory=dict)
+    reconstructions: dict[str, np.ndarray] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def row(self, k: int, method: str) -> dict[str, Any]:
+        """The results row of ``(k, method)``."""
+        frame = self.results
+        return frame[(frame["k"] == k) & (frame["method"] == method)].iloc[0].to_dict()
+
+
+EXAMPLE_CLUSTERS = 2  # clusters shown per k
+EXAMPLE_MEMBERS = 5  # members shown per cluster
+
+
+def run(config: Config, generator_config: GeneratorsConfig, progress: bool = False,
+        log: Callable[[str], None] = print) -> Outcome:
+    """Run the chapter (see the module docstring) with the generators chapter's ``generator_config``."""
+    started = time.perf_counter()
+    device = get_device(config.device)
+    timings: dict[str, float] = {}
+
+    def stage(name: str, since: float) -> None:
+        timings[name] = time.perf_counter() - since
+        log(f"{name}: {timings[name]:.0f} s")
+
+    tick = time.perf_counter()
+    trained = load_generator(KIND, generator_config, progress=progress)
+    generator = trained.generator.eval()
+    for parameter in generator.parameters():
+        parameter.requires_grad_(False)
+    stage(f"generator ({trained.source})", tick)
+    tick = time.perf_counter()
+    network, dice = feature_network(generator_config, progress)
+    stage("feature U-Net", tick)
+    data = load_data(config, generator_config)
+    taps = feature_taps(network, data.cohort_size)
+
+    tick = time.perf_counter()
+    inversion = invert(generator, data.private, config.projector_steps, config.seed)
+    stage("inversion", tick)
+    count = len(data.private)
+    inversion_summary = {"images": count, "psnr": float(inversion.psnr.mean()),
+                         "psnr_se": float(inversion.psnr.std(ddof=1) / np.sqrt(count)),
+                         "ssim": float(inversion.ssim.mean()),
+                         "ssim_se": float(inversion.ssim.std(ddof=1) / np.sqrt(count)),
+                         "seconds": inversion.seconds, "seconds_per_image": inversion.seconds / count,
+                         "method": inversion.method}
+
+    tick = time.perf_counter()
+    real_features = features(network, data.private, data.cohort_size)
+    private_bank = sift_bank(data.private, data.cohort_size)
+    reference_model = train_dr_classifier(data.private, data.private_grades, config, "real", device)
+    reference = utility(reference_model, data, config, "real")
+    reference["majority_rate"] = float(np.bincount(data.test_grades, minlength=NUM_GRADES).max()
+                                       / len(data.test_grades))
+    stage("reference DR classifier", tick)
+
+    rows, clusters, differences, alignment, examples = [], [], {}, [], {}
+    for k in config.k_values:
+        tick = time.perf_counter()
+        release = synthesize(generator, inversion, data, taps, k, config, progress)
+        stage(f"k={k}: synthesis", tick)
+        clusters.append(cluster_summary(release.labels, k))
+        alignment.append({"k": k, "loss_at_centroid": release.alignment_loss[0],
+                          "loss_after_alignment": release.alignment_loss[1]})
+        tick = time.perf_counter()
+        synthetic_features = {name: features(network, images, data.cohort_size)
+                              for name, images in release.images.items()}
+        size = len(release.grades)
+        picked = np.random.default_rng(derive_seed(config.seed, "reference-set", k)).choice(
+            len(data.test), min(size, len(data.test)), replace=False)
+        fid_rows, differences[k] = fidelity(real_features, synthetic_features,
+                                            features(network, data.test[np.sort(picked)], data.cohort_size), config, k)
+        split = attack_split(size, config, k)
+        for method, images in release.images.items():
+            tag = f"{method}-{k}"
+            model = train_dr_classifier(images, release.grades, config, tag, device)
+            row = {"k": k, "method": method, "n_synthetic": size, **fid_rows[method],
+                   **utility(model, data, config, tag),
+                   **membership_attack(images, data, release.labels, split, k, config, tag, device),
+                   **reidentification(sift_bank(images, data.cohort_size), private_bank, release.labels, split, k),
+                   "seconds": release.seconds[method]}
+            rows.append(row)
+        rows.append({"k": k, "method": "real test", "n_synthetic": int(len(picked)), **fid_rows["real test"]})
+        stage(f"k={k}: evaluation", tick)
+        members = cluster_members(release.labels)[:EXAMPLE_CLUSTERS]
+        examples[k] = {"members": [data.private[index[:EXAMPLE_MEMBERS]].numpy() for index in members],
+                       "sizes": [len(index) for index in members],
+                       **{name: images[:EXAMPLE_CLUSTERS].numpy() for name, images in release.images.items()}}
+    shown = min(8, count)
+    return Outcome(config=config,
+                   generator={"kind": KIND, "source": trained.source, "kimg": trained.kimg,
+                              "resolution": generator.resolution, "config": generator.config.description,
+                              "profile": config.generators_profile},
+                   segmenter_dice=dice, inversion=inversion_summary, clusters=pd.DataFrame(clusters),
+                   results=pd.DataFrame(rows), fd_differences=differences, reference=reference,
+                   alignment=pd.DataFrame(alignment), examples=examples,
+                   reconstructions={"private": data.private[:shown].numpy(),
+                                    "reconstruction": inversion.reconstructions[:shown].numpy()},
+                   timings=timings, seconds=time.perf_counter() - started)
