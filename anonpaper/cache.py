@@ -1,7 +1,11 @@
 """Content-addressed artifact cache, so a network trained in one notebook is reused by the next.
 
-Keys are hashes of everything that determines the artifact (configuration, data description, seed, and the
-package source hash by default), so a change to any of them trains afresh. Writes are atomic (temporary file then
+Keys are hashes of everything that determines the artifact (configuration, data description, seed, and by default
+the source of the code that can change it), so a change to any of them trains afresh. That code is the package's
+lower layers (:data:`anonpaper.runtime.LOWER_LAYERS`: data, metrics, models, methods, train, ...) plus, for a cache
+opened by a chapter (a module under ``anonpaper.experiments.<chapter>``), that chapter's package: editing one
+chapter never retrains the networks another chapter cached (the GAN chapters share the generators chapter's
+generators), while editing a trainer retrains everything it trained. Writes are atomic (temporary file then
 ``os.replace``), so an interrupted run never leaves a half-written artifact that a later run would trust.
 
 Example:
@@ -17,11 +21,12 @@ Example:
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from anonpaper.runtime import cache_dir, content_hash, package_source_hash
+from anonpaper.runtime import LOWER_LAYERS, cache_dir, content_hash, package_source_hash
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -52,23 +57,47 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
     atomic_write_bytes(Path(path), buffer.getvalue())
 
 
+def source_parts_of(owner: str) -> tuple[str, ...]:
+    """Package-relative parts whose source keys the artifacts built by module ``owner`` (see the module docstring).
+
+    Example:
+        >>> source_parts_of("anonpaper.experiments.generators.pipeline")[-1]
+        'experiments/generators'
+        >>> source_parts_of("anonpaper.train.pretrained") == LOWER_LAYERS
+        True
+    """
+    parts = owner.split(".")
+    if len(parts) >= 3 and parts[:2] == ["anonpaper", "experiments"]:
+        return LOWER_LAYERS + (f"experiments/{parts[2]}",)
+    return LOWER_LAYERS
+
+
 class ArtifactCache:
     """A namespace of cached artifacts (torch-serialisable objects) under ``$ANONPAPER_CACHE/<namespace>/``.
 
     Args:
         namespace: Folder name for one kind of artifact, e.g. ``"vessel-segmenter"``.
         root: Cache root; defaults to :func:`anonpaper.runtime.cache_dir`.
+        owner: Dotted name of the module that builds the artifacts (default: the module that opens the cache).
+            When it is a chapter module (``anonpaper.experiments.<chapter>...``), that chapter's package joins the
+            source that keys the artifacts.
     """
 
-    def __init__(self, namespace: str, root: Path | None = None):
+    def __init__(self, namespace: str, root: Path | None = None, owner: str | None = None):
         if not namespace or "/" in namespace or namespace.startswith("."):
             raise ValueError(f"namespace must be a plain folder name, got {namespace!r}")
         self.namespace = namespace
         self.directory = Path(root or cache_dir()) / namespace
+        owner = owner if owner is not None else sys._getframe(1).f_globals.get("__name__", "")
+        self.source_parts = source_parts_of(owner)
+
+    def source_hash(self) -> str:
+        """Hash of the code that can change this namespace's artifacts (see the module docstring)."""
+        return package_source_hash(self.source_parts)
 
     def key(self, description: Any, include_source: bool = True) -> str:
         """The content hash naming the artifact described by ``description``."""
-        parts = [description, package_source_hash()] if include_source else [description]
+        parts = [description, self.source_hash()] if include_source else [description]
         return content_hash(*parts)
 
     def path(self, description: Any, include_source: bool = True) -> Path:

@@ -127,10 +127,29 @@ def derive_seed(seed: int, *parts: Any) -> int:
     return int(content_hash({"seed": int(seed), "parts": list(parts)}), 16) % (2**63 - 1)
 
 
-def package_source_hash() -> str:
-    """Hash of every ``.py`` file of the installed package (paths and bytes), so results tie to the code."""
+# The package parts below the chapters (``experiments``), the runner and the CLI: the code that builds, trains and
+# measures. A cached network depends on these and on the chapter that builds it, never on other chapters.
+LOWER_LAYERS = ("__init__.py", "runtime.py", "cache.py", "data", "metrics", "models", "methods", "train")
+
+
+def package_source_hash(parts: Iterable[str] | None = None) -> str:
+    """Hash of the package's ``.py`` files (paths and bytes), so results and cached artifacts tie to the code.
+
+    Args:
+        parts: Package-relative files or folders to hash (e.g. ``LOWER_LAYERS + ("experiments/generators",)``);
+            None hashes the whole package. A part that does not exist hashes as empty (its name still counts).
+    """
+    if parts is None:
+        files = sorted(PACKAGE_DIR.rglob("*.py"))
+    else:
+        files = []
+        for part in sorted(set(parts)):
+            target = PACKAGE_DIR / part
+            files += sorted(target.rglob("*.py")) if target.is_dir() else ([target] if target.is_file() else [])
     digest = hashlib.sha256()
-    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+    if parts is not None:
+        digest.update(repr(sorted(set(parts))).encode())
+    for path in files:
         digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

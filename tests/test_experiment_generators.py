@@ -93,7 +93,8 @@ def test_interrupted_training_resumes_to_the_uninterrupted_generator(tmp_path, m
 
     # An interrupted run: the same key's run folder holds a checkpoint from half-way.
     monkeypatch.setenv("ANONPAPER_CACHE", str(tmp_path / "interrupted"))
-    key = pipeline.ArtifactCache(pipeline.CACHE_NAMESPACE).key(chapter.generator_description(kind, config))
+    key = pipeline.ArtifactCache(pipeline.CACHE_NAMESPACE, owner=pipeline.__name__).key(
+        chapter.generator_description(kind, config))
     run_dir = pipeline.cache_dir() / "stylegan-runs" / key
     settings = pipeline.training_config(kind, config, output_dir=str(run_dir), progress=False)
     settings.total_steps //= 2

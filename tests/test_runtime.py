@@ -63,6 +63,33 @@ def test_cache_builds_once_then_loads(tmp_path):
         ArtifactCache("../escape", root=tmp_path)
 
 
+def test_cache_keys_follow_the_lower_layers_and_the_owning_chapter_only(tmp_path, monkeypatch):
+    # A fake package: editing another chapter must not retrain what the generators chapter cached (the GAN
+    # chapters load its generators); editing the trainer or the owning chapter must.
+    import anonpaper.runtime as runtime
+
+    package = tmp_path / "anonpaper"
+    for name in ("train/gan.py", "experiments/generators/pipeline.py", "experiments/vascular/pipeline.py",
+                 "runner/execute.py"):
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text("x = 1\n")
+    monkeypatch.setattr(runtime, "PACKAGE_DIR", package)
+    generators = ArtifactCache("unit", root=tmp_path, owner="anonpaper.experiments.generators.pipeline")
+    segmenters = ArtifactCache("unit", root=tmp_path, owner="anonpaper.train.pretrained")
+    keys = lambda: (generators.key({"a": 1}), segmenters.key({"a": 1}))  # noqa: E731
+    before = keys()
+    for other in ("experiments/vascular/pipeline.py", "runner/execute.py"):
+        (package / other).write_text("x = 2\n")
+        assert keys() == before, f"editing {other} changed a cache key"
+    (package / "experiments/generators/pipeline.py").write_text("x = 2\n")
+    after_chapter = keys()
+    assert after_chapter[0] != before[0] and after_chapter[1] == before[1]
+    (package / "train/gan.py").write_text("x = 2\n")
+    after_trainer = keys()
+    assert after_trainer[0] != after_chapter[0] and after_trainer[1] != after_chapter[1]
+    assert ArtifactCache("unit", root=tmp_path).source_parts == runtime.LOWER_LAYERS  # opened by a test module
+
+
 def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):
     target = tmp_path / "file.bin"
     atomic_write_bytes(target, b"old")
