@@ -1,0 +1,106 @@
+"""The GMIA chapter's parameters: one frozen config, defaults = the ``quick`` profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from anonpaper.experiments.chapter import ChapterConfig, parameter
+from anonpaper.models.classifiers import CLASSIFIER_NAMES
+
+PROFILES = ("smoke", "quick", "paper")
+
+
+@dataclass(frozen=True)
+class Config(ChapterConfig):
+    """Everything that determines the chapter's cohort, networks and numbers (see the help texts)."""
+
+    seed: int = parameter(0, "Seed of every random draw (cohort, networks, bootstrap).")
+    generators_profile: str = parameter("quick", "Profile of the generators chapter (02_generators) whose chest "
+                                                 "X-ray generator this chapter uses: its StyleGAN2 for E-training, "
+                                                 "its architecture and image size for co-training ('smoke', "
+                                                 "'quick' or 'paper').")
+    cxr_patients: int = parameter(40, "Phantom chest X-ray patients (the paper: 1,599 MIMIC-CXR patients with at "
+                                      "least 20 images each).")
+    images_per_patient: int = parameter(12, "Images per phantom patient (the paper keeps patients with >= 20 "
+                                            "images; identity verification needs several per patient).")
+    identity_backbone: str = parameter("small_cnn", "Backbone of the identity networks: E_id, the fixed "
+                                                    "verification attacker and the adaptive attacker (the paper: "
+                                                    "iResNet-50 with ArcFace).")
+    identity_dim: int = parameter(64, "Identity embedding size (the paper: 512).")
+    identity_epochs: int = parameter(20, "Epochs of every identity network (ArcFace s=64, m=0.5).")
+    utility_backbone: str = parameter("small_cnn", "Backbone of the multi-label finding classifiers: E_ut and the "
+                                                   "utility classifiers (the paper: DenseNet-121).")
+    utility_epochs: int = parameter(15, "Epochs of every finding classifier.")
+    lpips_epochs: int = parameter(10, "Epochs of the cohort-trained lung U-Net whose feature taps give the domain "
+                                      "LPIPS (loss and metric; the paper: VGG LPIPS).")
+    co_training_kimg: float = parameter(8.0, "Thousands of real images shown to the co-training of E, S and D from "
+                                             "scratch (quick: about 25 CPU-s/kimg at 32 px).")
+    encoder_kimg: float = parameter(4.0, "Thousands of real images shown to E-training (E alone against the "
+                                         "frozen generator).")
+    projection_batch_size: int = parameter(8, "Images per projection-training step (multiple of 4).")
+    steps: int = parameter(40, "Adam steps of the latent optimisation per image (the paper: 1000).")
+    learning_rate: float = parameter(0.01, "Adam learning rate of the latent optimisation (the paper: 0.01, "
+                                           "betas (0, 0.99)).")
+    margin: float = parameter(-0.7, "Identity margin m of L_id = max(0, cos - m) of the main setting (the "
+                                    "paper: -0.7).")
+    margins: tuple = parameter((0.0, -0.5, -0.7), "Margins of the ablation, from loosest to strictest (the "
+                                                  "paper: 0, -0.5, -0.7).")
+    anonymise_batch_size: int = parameter(64, "Images optimised together (the result does not depend on it).")
+    attacker_epochs: int = parameter(10, "Epochs of the membership-inference attacker.")
+    utility_drop_max: float = parameter(0.05, "Largest macro-AUROC drop (real -> anonymised training set) for "
+                                              "which the utility claim holds (the paper: 0.774 -> 0.737).")
+    min_test_images: int = parameter(80, "Smallest test set (images) on which a claim is decided.")
+    bootstrap: int = parameter(200, "Patient-clustered bootstrap resamples for standard errors.")
+    device: str | None = parameter(None, "Device: None picks CUDA when available, else 'cpu' or 'cuda:N'.")
+
+    def __post_init__(self):
+        object.__setattr__(self, "margins", tuple(float(m) for m in self.margins))
+        checks = [
+            (isinstance(self.seed, int) and self.seed >= 0, f"SEED must be a non-negative integer, got {self.seed!r}"),
+            (self.generators_profile in PROFILES,
+             f"GENERATORS_PROFILE must be one of {PROFILES}, got {self.generators_profile!r}"),
+            (isinstance(self.cxr_patients, int) and self.cxr_patients >= 8,
+             f"CXR_PATIENTS must be an integer >= 8 (train, val and test need patients), got {self.cxr_patients!r}"),
+            (isinstance(self.images_per_patient, int) and self.images_per_patient >= 2,
+             f"IMAGES_PER_PATIENT must be an integer >= 2 (verification pairs), got {self.images_per_patient!r}"),
+            (self.identity_backbone in CLASSIFIER_NAMES,
+             f"IDENTITY_BACKBONE must be one of {CLASSIFIER_NAMES}, got {self.identity_backbone!r}"),
+            (self.utility_backbone in CLASSIFIER_NAMES,
+             f"UTILITY_BACKBONE must be one of {CLASSIFIER_NAMES}, got {self.utility_backbone!r}"),
+            (isinstance(self.identity_dim, int) and self.identity_dim >= 2,
+             f"IDENTITY_DIM must be an integer >= 2, got {self.identity_dim!r}"),
+            (isinstance(self.projection_batch_size, int) and self.projection_batch_size >= 4
+             and self.projection_batch_size % 4 == 0,
+             f"PROJECTION_BATCH_SIZE must be a positive multiple of 4, got {self.projection_batch_size!r}"),
+            (isinstance(self.co_training_kimg, (int, float)) and self.co_training_kimg > 0,
+             f"CO_TRAINING_KIMG must be a number > 0, got {self.co_training_kimg!r}"),
+            (isinstance(self.encoder_kimg, (int, float)) and self.encoder_kimg > 0,
+             f"ENCODER_KIMG must be a number > 0, got {self.encoder_kimg!r}"),
+            (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0,
+             f"LEARNING_RATE must be > 0, got {self.learning_rate!r}"),
+            (isinstance(self.margin, (int, float)) and -1.0 <= self.margin <= 1.0,
+             f"MARGIN must be a number in [-1, 1], got {self.margin!r}"),
+            (len(self.margins) >= 2 and all(-1.0 <= m <= 1.0 for m in self.margins)
+             and list(self.margins) == sorted(self.margins, reverse=True) and len(set(self.margins)) == len(self.margins),
+             f"MARGINS must be at least two distinct values in [-1, 1] from loosest (largest) to strictest, got "
+             f"{self.margins!r}"),
+            (float(self.margin) in self.margins, f"MARGIN ({self.margin!r}) must be one of MARGINS {self.margins!r}"),
+            (isinstance(self.utility_drop_max, (int, float)) and 0 < self.utility_drop_max < 1,
+             f"UTILITY_DROP_MAX must lie in (0, 1), got {self.utility_drop_max!r}"),
+            (isinstance(self.min_test_images, int) and self.min_test_images >= 1,
+             f"MIN_TEST_IMAGES must be a positive integer, got {self.min_test_images!r}"),
+            (isinstance(self.bootstrap, int) and self.bootstrap >= 0,
+             f"BOOTSTRAP must be a non-negative integer, got {self.bootstrap!r}"),
+        ]
+        for name in ("identity_epochs", "utility_epochs", "lpips_epochs", "steps", "anonymise_batch_size",
+                     "attacker_epochs"):
+            value = getattr(self, name)
+            checks.append((isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                           f"{name.upper()} must be a positive integer, got {value!r}"))
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    def kimg_steps(self, kimg: float) -> int:
+        """Training steps that show ``kimg`` thousand images at ``projection_batch_size`` (at least 1)."""
+        return max(1, int(round(kimg * 1000 / self.projection_batch_size)))
