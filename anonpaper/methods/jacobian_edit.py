@@ -28,6 +28,7 @@ for one-channel images this is exactly the mean of ``|dI/ds_k|`` over the mask p
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -124,7 +125,10 @@ def jvp_columns(render: Callable[[torch.Tensor], torch.Tensor], point: torch.Ten
         return jvp(render, (point,), (tangent,))[1]
 
     # Forward-mode AD needs no autograd graph; no_grad keeps parameters that require grad from recording one.
-    with torch.no_grad():
+    # The first JVP of a process makes torch load its JVP decompositions with torch.jit.script, which emits a
+    # FutureWarning from inside torch (not actionable here; in a notebook it prints a stderr block on the page).
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
         return vmap(push_forward)(tangents)
 
 

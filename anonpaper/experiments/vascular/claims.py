@@ -1,0 +1,174 @@
+"""Paper 1's claims, decided from the run's numbers (see :mod:`anonpaper.experiments.claims`).
+
+- ``vascular-vessels-generated`` (phantom-check): the vessel U-Net finds vessels in generated images (a vessel-pixel
+  fraction at least ``MIN_VESSEL_RATIO`` of the real one). When it does not, the vessel masks of generated images
+  are not vessels, so the contribution scores (Eq. 8-10) and RROI of generated images measure noise: the claims that
+  rest on them are made undecided (``instrument_failed``).
+- ``vascular-top-channel-lowers-fs`` (paper, Fig. 10): editing the top channel harder lowers FS_SIFT and FS_SR.
+- ``vascular-lesions-kept`` (paper, Table 2 and Fig. 8): at equal identity similarity, our edit keeps lesions better
+  (higher RROI) than each baseline.
+- ``vascular-ablation-fd`` (paper, Table 3): the extra LPIPS losses lower FD (both losses below the plain StyleGAN3).
+
+Noise rule: a difference decides when it exceeds ``DECISION_Z`` combined standard errors; a claim on fewer than
+``min_test_images`` images is undecided.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from anonpaper.experiments.claims import DECISION_Z, Claim, decide, instrument_failed
+from anonpaper.experiments.vascular.analysis import PAPER_TABLE2, PAPER_TABLE3
+from anonpaper.experiments.vascular.pipeline import LOWRANK, OURS, RESEFA, STYLESPACE, Outcome
+
+BASELINES = (STYLESPACE, LOWRANK, RESEFA)
+
+
+def _difference(first: float, first_se: float, second: float, second_se: float) -> tuple[float, float]:
+    """``first - second`` and its combined standard error (NaN SEs count as 0)."""
+    errors = [value for value in (first_se, second_se) if np.isfinite(value)]
+    return first - second, math.sqrt(sum(value ** 2 for value in errors)) if errors else 0.0
+
+
+def _direction(difference: float, error: float) -> int:
+    """+1 / -1 when the difference exceeds DECISION_Z standard errors up / down, 0 within noise (or NaN)."""
+    if not np.isfinite(difference):
+        return 0
+    if error == 0:
+        return int(np.sign(difference))
+    return int(np.sign(difference)) if abs(difference) > DECISION_Z * error else 0
+
+
+def vessel_claim(outcome: Outcome) -> Claim:
+    """Whether the vessel U-Net finds vessels in generated images (the Jacobian scores' instrument)."""
+    vessels, config = outcome.vessels, outcome.config
+    return decide(
+        "vascular-vessels-generated",
+        f"the vessel U-Net finds vessels in generated images (vessel-pixel fraction within a factor "
+        f"{1 / config.min_vessel_ratio:g} of the real images')",
+        paper="the paper segments vessels of generated 256 px images to score channels (Eq. 8)",
+        ours={"generated": round(vessels["generated"], 4), "real": round(vessels["real"], 4),
+              "real_native": round(vessels["real_native"], 4), "fallback_masks": vessels["fallback_masks"]},
+        holds=bool(config.min_vessel_ratio <= vessels["ratio"] <= 1 / config.min_vessel_ratio)
+        if np.isfinite(vessels["ratio"]) else None,
+        reason=(f"ratio {vessels['ratio']:.3f} over {vessels['T']} generated images; "
+                f"{vessels['fallback_masks']} of them had no vessel pixel") if np.isfinite(vessels["ratio"])
+        else "no vessel pixel in the real images either",
+        n=vessels["T"], min_n=config.min_test_images, kind="phantom-check")
+
+
+def top_channel_claim(outcome: Outcome) -> Claim:
+    """FS_SIFT and FS_SR fall from the smallest to the largest alpha of the top-channel edit."""
+    config = outcome.config
+    low, high = min(config.alphas), max(config.alphas)
+    first, last = outcome.row("generated", OURS, low), outcome.row("generated", OURS, high)
+    directions, parts, ours = [], [], {}
+    for metric in ("fs_sift", "fs_sr"):
+        a, b = first.get(metric, np.nan), last.get(metric, np.nan)
+        difference, error = _difference(b, last.get(f"{metric}_se", np.nan), a, first.get(f"{metric}_se", np.nan))
+        directions.append(_direction(difference, error))
+        ours[metric] = {f"alpha {low:g}": round(a, 4), f"alpha {high:g}": round(b, 4)}
+        parts.append(f"{metric} {a:.3f} -> {b:.3f} (difference {difference:+.3f}, {DECISION_Z:g} SE = "
+                     f"{DECISION_Z * error:.3f})")
+    holds = True if all(d < 0 for d in directions) else (False if any(d > 0 for d in directions) else None)
+    reason = "; ".join(parts) + ("" if holds is not None else "; not both beyond noise")
+    return decide("vascular-top-channel-lowers-fs",
+                  "editing the top channel harder (larger alpha) lowers FS_SIFT and FS_SR of generated images",
+                  paper="Fig. 10: FS_SIFT and FS_SR fall as alpha grows; Table 2 at alpha 0.5: "
+                        f"FS_SIFT {PAPER_TABLE2[OURS][2]}, FS_SR {PAPER_TABLE2[OURS][3]}",
+                  ours=ours, holds=holds, reason=reason, n=int(first.get("n", 0) or 0), min_n=config.min_test_images)
+
+
+def _interpolated(outcome: Outcome, method: str, identity: float) -> tuple[float, float, str]:
+    """A method's RROI (and SE) at identity similarity ``identity`` along its strength sweep (linear between the
+    two sweep points around it); NaN with a reason when its sweep does not reach that identity similarity."""
+    frame = outcome.sweep
+    part = frame[(frame["image_set"] == "generated") & (frame["method"] == method)].copy()
+    if part.empty or "fs_sift" not in part:
+        return float("nan"), float("nan"), "no edits"
+    part["identity"] = (part["fs_sift"] + part["fs_sr"]) / 2
+    part = part[np.isfinite(part["identity"]) & np.isfinite(part["rroi"])].sort_values("identity")
+    if part.empty:
+        return float("nan"), float("nan"), "no finite metrics"
+    x = part["identity"].to_numpy()
+    if identity < x.min() - 1e-12 or identity > x.max() + 1e-12:
+        return float("nan"), float("nan"), f"its identity similarity spans [{x.min():.3f}, {x.max():.3f}]"
+    y, se = part["rroi"].to_numpy(), part["rroi_se"].fillna(0).to_numpy()
+    return float(np.interp(identity, x, y)), float(np.interp(identity, x, se)), ""
+
+
+def lesion_claim(outcome: Outcome) -> Claim:
+    """Our RROI at alpha = table_alpha beats each baseline's RROI at the same identity similarity."""
+    config = outcome.config
+    ours = outcome.row("generated", OURS, config.table_alpha)
+    identity = (ours.get("fs_sift", np.nan) + ours.get("fs_sr", np.nan)) / 2
+    rroi, rroi_se = ours.get("rroi", np.nan), ours.get("rroi_se", np.nan)
+    directions, parts, values = [], [], {"ours": {"identity_similarity": round(identity, 4), "rroi": round(rroi, 4)}}
+    for method in BASELINES:
+        value, error, why = _interpolated(outcome, method, identity) if np.isfinite(identity) else (
+            float("nan"), float("nan"), "our identity similarity is undefined")
+        if why:
+            directions.append(0)
+            parts.append(f"{method}: not comparable ({why})")
+            continue
+        difference, combined = _difference(rroi, rroi_se, value, error)
+        directions.append(_direction(difference, combined))
+        values[method] = round(value, 4)
+        parts.append(f"{method} RROI {value:.3f} (ours - theirs {difference:+.3f}, {DECISION_Z:g} SE = "
+                     f"{DECISION_Z * combined:.3f})")
+    holds = True if all(d > 0 for d in directions) else (False if any(d < 0 for d in directions) else None)
+    reason = f"at identity similarity (FS_SIFT + FS_SR) / 2 = {identity:.3f}: " + "; ".join(parts)
+    if holds is None:
+        reason += "; not every baseline decided beyond noise"
+    paper = {method: {"FS_SIFT": values_[2], "FS_SR": values_[3], "RROI": values_[4], "AMS": values_[5]}
+             for method, values_ in PAPER_TABLE2.items()}
+    return decide("vascular-lesions-kept",
+                  "at equal identity similarity, our edit keeps lesions better (higher RROI) than StyleSpace, "
+                  "LowRankGAN and ReSeFa",
+                  paper=paper, ours=values, holds=holds, reason=reason, n=int(ours.get("n", 0) or 0),
+                  min_n=config.min_test_images)
+
+
+def ablation_claim(outcome: Outcome) -> Claim:
+    """FD of the generator trained with both LPIPS losses below the plain one's (and the full Table 3 ordering)."""
+    config = outcome.config
+    paper = {variant: values[0] for variant, values in PAPER_TABLE3.items()}
+    statement = "the extra LPIPS losses lower FD: +both below the plain StyleGAN3 (paper Table 3 ordering)"
+    if outcome.ablation.empty:
+        return decide("vascular-ablation-fd", statement, paper=paper, ours=None, holds=None,
+                      reason="ablation not run (ABLATION_KIMG = 0)")
+    table = outcome.ablation.set_index("variant")
+    fd = {variant: round(float(table.loc[variant, "fd"]), 3) for variant in table.index}
+    difference, error = _difference(table.loc["+both", "fd"], table.loc["+both", "fd_se"],
+                                    table.loc["plain", "fd"], table.loc["plain", "fd_se"])
+    direction = _direction(difference, error)
+    order = " < ".join(sorted(fd, key=fd.get))
+    reason = (f"FD +both - plain = {difference:+.3f} ({DECISION_Z:g} SE = {DECISION_Z * error:.3f}); our order "
+              f"{order}, the paper's plain > +vessel > +lesion > +both; {float(table['kimg'].iloc[0]):g} kimg each")
+    holds = True if direction < 0 else (False if direction > 0 else None)
+    if holds is None:
+        reason += "; within noise"
+    return decide("vascular-ablation-fd", statement, paper=paper, ours=fd, holds=holds, reason=reason,
+                  n=int(table["n"].iloc[0]), min_n=config.min_test_images)
+
+
+def evaluate_claims(outcome: Outcome) -> list[Claim]:
+    """The chapter's claims; those resting on an instrument that failed its check are undecided with the reason."""
+    vessel = vessel_claim(outcome)
+    checks = outcome.instruments.set_index("measure")
+    dice = float(checks.loc["validation Dice", "value"]) if "validation Dice" in checks.index else float("nan")
+    dice_check = "" if dice >= outcome.config.segmenter_min_dice else (
+        f"validation Dice {dice:.3f} < {outcome.config.segmenter_min_dice}")
+    claims = [instrument_failed(vessel, "vessel U-Net", dice_check) if dice_check else vessel]
+    masks_check = outcome.vessels["check"]
+    for claim in (top_channel_claim(outcome), lesion_claim(outcome)):
+        if dice_check:
+            claim = instrument_failed(claim, "vessel U-Net", dice_check)
+        elif masks_check:
+            claim = instrument_failed(claim, "vessel masks of generated images", masks_check)
+        claims.append(claim)
+    ablation = ablation_claim(outcome)
+    claims.append(instrument_failed(ablation, "vessel U-Net", dice_check) if dice_check else ablation)
+    return claims

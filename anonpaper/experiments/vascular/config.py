@@ -1,0 +1,116 @@
+"""The vascular de-identification chapter's parameters: one frozen config, defaults = the ``quick`` profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from anonpaper.experiments.chapter import ChapterConfig, parameter
+
+GENERATOR_PROFILES = ("smoke", "quick", "paper")
+
+
+@dataclass(frozen=True)
+class Config(ChapterConfig):
+    """Everything that determines the chapter's edits and numbers (see the help texts)."""
+
+    seed: int = parameter(0, "Seed of every random draw (sampled images, instruments, projector, bootstrap).")
+    generators_profile: str = parameter("quick", "Profile of the generators chapter (02_generators) whose fundus "
+                                                 "StyleGAN3-T this chapter uses (quick: a 32 px sg3t-tiny trained a "
+                                                 "few minutes on CPU; paper: the 256 px sg3t-paper256).")
+    score_images: int = parameter(64, "T, generated images whose contribution scores are averaged (paper Eq. 10: "
+                                      "T = 1000).")
+    chunk_size: int = parameter(8, "S channels per vectorised forward-mode JVP (speed only; the scores do not "
+                                   "depend on it).")
+    grid_channels: int = parameter(4, "Top channels listed and shown edited (paper Figs. 5 and 9).")
+    several_channels: int = parameter(3, "The 'several top channels' variant of the edit moves this many of the "
+                                         "best channels at once (the paper edits the first one).")
+    alphas: tuple = parameter((0.2, 0.4, 0.6, 0.8, 1.0), "Edit strengths alpha of the sweep (paper Fig. 9: 0.2 to "
+                                                          "1.0).")
+    table_alpha: float = parameter(0.5, "Edit strength of the method comparison (paper Table 2: alpha = 0.5).")
+    eval_images: int = parameter(64, "Generated images edited and measured per method and strength (the paper: "
+                                     "1,000 test images).")
+    real_images: int = parameter(16, "Real held-out images inverted into W+ by the projector and edited.")
+    projector_steps: int = parameter(200, "Projector Adam steps (the StyleGAN2-ADA recipe: 1000).")
+    baseline_images: int = parameter(16, "Generated images on which the baselines find their channel (StyleSpace) "
+                                         "or directions (LowRankGAN, ReSeFa Jacobian Gram matrices).")
+    match_images: int = parameter(16, "Images on which each baseline's step is matched to the mean image change "
+                                      "of our edit at the same alpha.")
+    eta_steps: int = parameter(11, "Lesion weights eta in [0, 1] of the trade-off score (paper Eq. 14, Fig. 8).")
+    segmenter_epochs: int = parameter(15, "Epochs of the cohort-trained vessel and hard-exudate U-Nets (domain "
+                                          "LPIPS, vessel masks, RROI, the exudate label of AMS).")
+    segmenter_min_dice: float = parameter(0.5, "Below this validation Dice the vessel U-Net is not trusted and the "
+                                               "claims that rest on it are undecided.")
+    keypoint_epochs: int = parameter(10, "Epochs of the keypoint detector that stands in for SuperRetina (FS_SR).")
+    attacker_backbone: str = parameter("small_cnn", "Backbone of the re-identification attacker (an ArcFace "
+                                                    "embedding trained on the phantom's patients).")
+    attacker_epochs: int = parameter(15, "Epochs of the re-identification attacker.")
+    min_vessel_ratio: float = parameter(0.25, "Instrument check: the vessel fraction the segmenter finds in "
+                                              "generated images must lie within this share of the real images' one "
+                                              "and its inverse, otherwise the Jacobian scores are scores of noise.")
+    ablation_kimg: float = parameter(2.0, "Thousands of real images shown to each generator of the Table 3 loss "
+                                          "ablation (plain / +vessel / +lesion / +both; 0 skips it). quick: a short "
+                                          "schedule; the paper trains each to convergence.")
+    ablation_eval_images: int = parameter(100, "Generated and real images per Table 3 metric.")
+    min_test_images: int = parameter(50, "Smallest image set on which a claim is decided.")
+    bootstrap: int = parameter(100, "Bootstrap resamples of the Frechet distances' standard errors.")
+    device: str | None = parameter(None, "Device: None picks CUDA when available, else 'cpu' or 'cuda:N'.")
+
+    def __post_init__(self):
+        def positive_int(value, minimum=1):
+            return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+        alphas = self.alphas
+        checks = [
+            (positive_int(self.seed, 0), f"SEED must be a non-negative integer, got {self.seed!r}"),
+            (self.generators_profile in GENERATOR_PROFILES,
+             f"GENERATORS_PROFILE must be one of {GENERATOR_PROFILES}, got {self.generators_profile!r}"),
+            (positive_int(self.score_images), f"SCORE_IMAGES must be a positive integer, got {self.score_images!r}"),
+            (positive_int(self.chunk_size), f"CHUNK_SIZE must be a positive integer, got {self.chunk_size!r}"),
+            (positive_int(self.grid_channels), f"GRID_CHANNELS must be a positive integer, got {self.grid_channels!r}"),
+            (positive_int(self.several_channels, 2),
+             f"SEVERAL_CHANNELS must be an integer >= 2, got {self.several_channels!r}"),
+            (isinstance(alphas, (tuple, list)) and len(alphas) >= 2
+             and all(isinstance(a, (int, float)) and 0 < a <= 1 for a in alphas) and list(alphas) == sorted(alphas),
+             f"ALPHAS must be 2+ increasing strengths in (0, 1], got {alphas!r}"),
+            (isinstance(self.table_alpha, (int, float)) and 0 < self.table_alpha <= 1,
+             f"TABLE_ALPHA must lie in (0, 1], got {self.table_alpha!r}"),
+            (positive_int(self.eval_images, 2), f"EVAL_IMAGES must be an integer >= 2, got {self.eval_images!r}"),
+            (positive_int(self.real_images, 0), f"REAL_IMAGES must be a non-negative integer, got {self.real_images!r}"),
+            (positive_int(self.projector_steps), f"PROJECTOR_STEPS must be a positive integer, got "
+                                                 f"{self.projector_steps!r}"),
+            (positive_int(self.baseline_images), f"BASELINE_IMAGES must be a positive integer, got "
+                                                 f"{self.baseline_images!r}"),
+            (positive_int(self.match_images), f"MATCH_IMAGES must be a positive integer, got {self.match_images!r}"),
+            (positive_int(self.eta_steps, 2), f"ETA_STEPS must be an integer >= 2, got {self.eta_steps!r}"),
+            (positive_int(self.segmenter_epochs), f"SEGMENTER_EPOCHS must be a positive integer, got "
+                                                  f"{self.segmenter_epochs!r}"),
+            (isinstance(self.segmenter_min_dice, (int, float)) and 0 <= self.segmenter_min_dice <= 1,
+             f"SEGMENTER_MIN_DICE must lie in [0, 1], got {self.segmenter_min_dice!r}"),
+            (positive_int(self.keypoint_epochs), f"KEYPOINT_EPOCHS must be a positive integer, got "
+                                                 f"{self.keypoint_epochs!r}"),
+            (isinstance(self.attacker_backbone, str) and bool(self.attacker_backbone),
+             f"ATTACKER_BACKBONE must be a backbone name, got {self.attacker_backbone!r}"),
+            (positive_int(self.attacker_epochs), f"ATTACKER_EPOCHS must be a positive integer, got "
+                                                 f"{self.attacker_epochs!r}"),
+            (isinstance(self.min_vessel_ratio, (int, float)) and 0 < self.min_vessel_ratio <= 1,
+             f"MIN_VESSEL_RATIO must lie in (0, 1], got {self.min_vessel_ratio!r}"),
+            (isinstance(self.ablation_kimg, (int, float)) and self.ablation_kimg >= 0,
+             f"ABLATION_KIMG must be a number >= 0, got {self.ablation_kimg!r}"),
+            (positive_int(self.ablation_eval_images, 2),
+             f"ABLATION_EVAL_IMAGES must be an integer >= 2, got {self.ablation_eval_images!r}"),
+            (positive_int(self.min_test_images), f"MIN_TEST_IMAGES must be a positive integer, got "
+                                                 f"{self.min_test_images!r}"),
+            (positive_int(self.bootstrap, 2), f"BOOTSTRAP must be an integer >= 2, got {self.bootstrap!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        from anonpaper.models.classifiers import CLASSIFIER_NAMES
+
+        if self.attacker_backbone not in CLASSIFIER_NAMES:
+            raise ValueError(f"ATTACKER_BACKBONE must be one of {CLASSIFIER_NAMES}, got {self.attacker_backbone!r}")
+
+    @property
+    def strengths(self) -> tuple[float, ...]:
+        """The sweep's strengths with the comparison strength, sorted and unique."""
+        return tuple(sorted(set(float(a) for a in self.alphas) | {float(self.table_alpha)}))

@@ -1,0 +1,934 @@
+"""Paper 1's pipeline on the generators chapter's fundus StyleGAN3-T: contribution scores, the Eq. 11 edit on
+generated and projected real images, the baselines at matched edit strength, the metrics of Table 2, an identity
+attacker, and the Table 3 loss ablation (Zhao et al., Biomedical Optics Express 14(10):5466, 2023).
+
+Stages of :func:`run` (each timed in ``Outcome.seconds``):
+
+1. the generator (:func:`load_fundus_generator`) and the cohort-trained instruments (:func:`load_instruments`:
+   vessel and hard-exudate U-Nets, the keypoint detector of FS_SR, the re-identification attacker);
+2. the instrument check: the vessel fraction the segmenter finds in generated images against real ones
+   (:func:`vessel_check`), and the vessel masks of generated images (:func:`vessel_masks`);
+3. contribution scores of every S channel on ``T`` generated images (:func:`score_channels`, Eq. 8-10);
+4. the edits (:func:`edit_methods`): ours with the top channel and with several top channels (Eq. 11), and the
+   StyleSpace / LowRankGAN / ReSeFa baselines, each step matched to the mean image change of our top-channel edit at
+   the same alpha;
+5. the metrics of every method and strength on generated and on projected real images (:func:`measure`): FD,
+   domain LPIPS, FS_SIFT, FS_SR, RROI, AMS and the attacker's rank-1 re-identification;
+6. the Table 3 ablation (:func:`loss_ablation`).
+
+Resolution. The generator may be smaller than the cohort (32 px at ``quick``, whose phantoms are 64 px): every
+instrument is trained on the cohort at its own size and applied to images bilinearly upsampled to it, and vessel
+masks are brought back to the generator's size by max-pooling (a generator pixel is vessel when any of its cohort
+pixels is).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from anonpaper.cache import ArtifactCache
+from anonpaper.data import load_cohort
+from anonpaper.experiments.generators import Config as GeneratorsConfig
+from anonpaper.experiments.generators import TrainedGenerator, generator_description, load_generator
+from anonpaper.experiments.generators.pipeline import (CACHE_NAMESPACE, generate, load_images, to_cohort_size,
+                                                       training_config, unet_features)
+from anonpaper.methods.jacobian_edit import ChannelScores, contribution_scores, edit_channels, jvp_columns
+from anonpaper.methods.sspace_baselines import (LatentCoordinates, lowrank_directions, region_gram_matrices,
+                                                resefa_directions, step_for_image_change, stylespace_channels,
+                                                stylespace_direction, w_coordinates)
+from anonpaper.metrics.distribution import frechet_distance, swd
+from anonpaper.metrics.identity import cross_pair_scores, fs_sift
+from anonpaper.metrics.lesion import rroi
+from anonpaper.metrics.quality import domain_lpips, feature_tap_distance
+from anonpaper.models.keypoints import fs_sr
+from anonpaper.models.stylegan import (ResidualDiscriminator, StyleCodes, StyleGenerator, project, style_statistics,
+                                       to_unit_range)
+from anonpaper.runtime import content_hash, derive_seed, get_device
+from anonpaper.train.gan import train_gan
+from anonpaper.train.pretrained import (cohort_description, trained_exudate_segmenter, trained_keypoint_detector,
+                                        trained_segmenter)
+from anonpaper.train.segmenter import segment
+
+KIND = "fundus-sg3t"
+OURS, OURS_SEVERAL = "ours", "ours (top channels)"
+STYLESPACE, LOWRANK, RESEFA = "StyleSpace", "LowRankGAN", "ReSeFa"
+METHODS = (OURS, OURS_SEVERAL, STYLESPACE, LOWRANK, RESEFA)
+ABLATIONS = {"plain": (), "+vessel": ("vessel",), "+lesion": ("lesion",), "+both": ("vessel", "lesion")}
+LPIPS_WEIGHT, ADVERSARIAL_WEIGHT = 0.6, 0.4  # paper 1: L = 0.6 L_lpips + 0.4 L_adv
+EXUDATE_THRESHOLD = 0.5  # an image is labelled "hard exudates present" when any pixel's probability reaches it
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# generator and instruments
+# ---------------------------------------------------------------------------------------------------------------
+def load_fundus_generator(generator_config: GeneratorsConfig, progress: bool = False) -> tuple[TrainedGenerator, str]:
+    """The generators chapter's fundus StyleGAN3-T for ``generator_config``, and a note on where it came from.
+
+    :func:`anonpaper.experiments.generators.load_generator` keys its cache on the package's source hash, so any
+    edit anywhere in the package after the generators chapter ran makes it miss and retrain. Before retraining,
+    this looks for a cached generator with the same description (architecture, recipe, data, seed) trained under
+    another package source, and says so in the note; only when there is none does it train.
+
+    Returns:
+        ``(trained generator, note)``; the note is empty when the generator came from the ordinary lookup.
+    """
+    try:
+        return load_generator(KIND, generator_config, train=False, progress=progress), ""
+    except LookupError:
+        pass
+    target = content_hash(generator_description(KIND, generator_config))
+    directory = ArtifactCache(CACHE_NAMESPACE).directory
+    candidates = sorted(directory.glob("*.pt"), key=lambda path: path.stat().st_mtime, reverse=True) \
+        if directory.is_dir() else []
+    for path in candidates:
+        try:
+            artifact = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception:  # a partial or foreign file: not ours
+            continue
+        if not isinstance(artifact, dict) or content_hash(artifact.get("description")) != target:
+            continue
+        generator = StyleGenerator(generator_config.stylegan_config(KIND), seed=0)
+        generator.load_state_dict(artifact["generator_ema"])
+        trained = TrainedGenerator(KIND, generator.eval(), "cache", artifact["kimg"],
+                                   pd.DataFrame(artifact["history"]), artifact["seconds"],
+                                   artifact["resumed_from_kimg"], path.stem)
+        return trained, (f"loaded the generators chapter's cached {KIND} ({path.stem}), trained under an earlier "
+                         "package source (the description matches; the cache key, which includes the source "
+                         "hash, does not)")
+    return load_generator(KIND, generator_config, train=True, progress=progress), "trained now (none cached)"
+
+
+@dataclass
+class Instruments:
+    """The cohort-trained networks that stand in for the paper's pretrained ones (all in eval mode, CPU).
+
+    Attributes:
+        vessel: Vessel U-Net (images in [0, 1] at the cohort's size -> logits; ``forward_features``: 8 taps).
+        exudate: Hard-exudate U-Net (same interface).
+        keypoints: :class:`~anonpaper.models.keypoints.KeypointNet` of FS_SR.
+        attacker: Re-identification embedding (images in [0, 1] -> unit vectors).
+        checks: One row per instrument: its held-out quality numbers.
+        cohort_size: Side at which every instrument works.
+    """
+
+    vessel: torch.nn.Module
+    exudate: torch.nn.Module
+    keypoints: torch.nn.Module
+    attacker: torch.nn.Module
+    checks: pd.DataFrame
+    cohort_size: int
+
+
+def _resampled(images: np.ndarray, size: int) -> np.ndarray:
+    """uint8 (N, H, W, C) area-resized to ``size`` and bilinearly back to the original side (the generator's view
+    of the cohort, at the instruments' size)."""
+    import cv2
+
+    side = images.shape[1]
+    if side == size:
+        return images
+    return np.stack([cv2.resize(cv2.resize(image, (size, size), interpolation=cv2.INTER_AREA), (side, side),
+                                interpolation=cv2.INTER_LINEAR) for image in images])
+
+
+def train_attacker(cohort, config, resolution: int, progress: bool = False) -> tuple[torch.nn.Module, dict]:
+    """The identity attacker: an ArcFace embedding trained on the cohort's training patients, seeing images as the
+    generator does (resampled to its ``resolution`` and back), cached. Its held-out rank-1 (val split,
+    leave-one-out) is its check."""
+    from anonpaper.metrics.identity import rank1_accuracy
+    from anonpaper.models.embedding import EmbeddingNet
+    from anonpaper.train.embedding import embed, train_embedding
+    from anonpaper.train.loop import TrainSettings
+
+    description = {"cohort": cohort_description(cohort), "backbone": config.attacker_backbone,
+                   "epochs": config.attacker_epochs, "resolution": resolution, "seed": config.seed}
+
+    def build() -> dict:
+        train = cohort.split("train")
+        images = _resampled(train.load_images(), resolution)
+        torch.manual_seed(derive_seed(config.seed, "attacker-init"))
+        result = train_embedding(EmbeddingNet(int(cohort.channels), 64, config.attacker_backbone), images,
+                                 train.table["patient_id"].to_numpy(),
+                                 TrainSettings(epochs=config.attacker_epochs, seed=derive_seed(config.seed, "attacker"),
+                                               device=config.device or get_device(), progress=progress))
+        model = result.model.cpu().eval()
+        val = cohort.split("val")
+        rank1 = float("nan")
+        if len(val):
+            rank1 = rank1_accuracy(embed(model, _resampled(val.load_images(), resolution), device="cpu"),
+                                   val.table["patient_id"].to_numpy())
+        return {"model": model, "val_rank1": rank1}
+
+    artifact = ArtifactCache("vascular-attacker").get_or_create(description, build)
+    return artifact["model"].eval(), {"val_rank1": artifact["val_rank1"]}
+
+
+def load_instruments(config, generator_config: GeneratorsConfig, progress: bool = False) -> Instruments:
+    """Train (or load from the cache) the vessel and exudate U-Nets, the keypoint detector and the attacker on the
+    generator's cohort; the vessel U-Net with the generators chapter's settings (so its cache serves both)."""
+    cohort = load_cohort("phantom-retina", **generator_config.cohort_options(KIND))
+    patch = min(64, generator_config.image_size)
+    options = {"epochs": config.segmenter_epochs, "patch_size": patch, "patches_per_epoch": 384,
+               "seed": generator_config.seed, "progress": progress}
+    vessel = trained_segmenter(cohort, "vessel", **options)
+    exudate = trained_exudate_segmenter(cohort, **options)
+    keypoints = trained_keypoint_detector(cohort, epochs=config.keypoint_epochs, seed=config.seed, progress=progress)
+    attacker, attacker_check = train_attacker(cohort, config, generator_config.image_size, progress)
+    rows = [{"instrument": "vessel U-Net", "measure": "validation Dice", "value": vessel.val_dice,
+             "floor": config.segmenter_min_dice},
+            {"instrument": "hard-exudate U-Net", "measure": "validation Dice (1 when no exudate anywhere)",
+             "value": exudate.val_dice, "floor": float("nan")},
+            {"instrument": "keypoint detector (FS_SR)", "measure": "validation keypoint precision (3 px)",
+             "value": keypoints.val_metrics["precision"], "floor": float("nan")},
+            {"instrument": "keypoint detector (FS_SR)", "measure": "validation keypoint recall (3 px)",
+             "value": keypoints.val_metrics["recall"], "floor": float("nan")},
+            {"instrument": "re-identification attacker", "measure": "validation rank-1 (leave-one-out)",
+             "value": attacker_check["val_rank1"], "floor": float("nan")}]
+    return Instruments(vessel.model.eval(), exudate.model.eval(), keypoints.model.eval(), attacker, pd.DataFrame(rows),
+                       generator_config.cohort_size)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# vessel masks and the instrument check
+# ---------------------------------------------------------------------------------------------------------------
+@torch.no_grad()
+def vessel_probability(instruments: Instruments, images: torch.Tensor) -> torch.Tensor:
+    """Vessel probabilities ``(N, 1, S, S)`` at the cohort's side ``S`` of images ``(N, C, R, R)`` in [0, 1]."""
+    upsampled = _upsample(images, instruments.cohort_size)
+    return torch.from_numpy(np.asarray(segment(instruments.vessel, upsampled), dtype=np.float32)).reshape(
+        len(images), 1, instruments.cohort_size, instruments.cohort_size)
+
+
+def _upsample(images: torch.Tensor, size: int) -> torch.Tensor:
+    if images.shape[-1] == size:
+        return images
+    return F.interpolate(images, size=size, mode="bilinear", align_corners=False).clamp(0, 1)
+
+
+def vessel_masks(probability: torch.Tensor, resolution: int, fallback_fraction: float) -> tuple[torch.Tensor, int]:
+    """Binary vessel masks ``(N, R, R)`` at the generator's side from cohort-size probabilities.
+
+    A generator pixel is vessel when any of its cohort pixels has probability >= 0.5 (max-pooling). An image where
+    the segmenter finds no vessel pixel at all would make Eq. 9 undefined (``||M||_0 = 0``); it gets the
+    ``fallback_fraction`` most vessel-like pixels instead, and is counted (the chapter reports the count: such masks
+    are not vessels, and the instrument check says whether the scores mean anything).
+
+    Args:
+        probability: ``(N, 1, S, S)`` in [0, 1], ``S`` a multiple of ``resolution``.
+        resolution: The generator's side ``R``.
+        fallback_fraction: Share of pixels of a fallback mask, in (0, 1].
+
+    Returns:
+        ``(masks float32 (N, R, R) in {0, 1}, number of fallback masks)``.
+    """
+    factor = probability.shape[-1] // resolution
+    pooled = F.max_pool2d(probability, factor) if factor > 1 else probability  # (N, 1, R, R)
+    masks = (pooled[:, 0] >= 0.5).float()
+    empty = masks.flatten(1).sum(1) == 0
+    count = max(1, int(round(fallback_fraction * resolution * resolution)))
+    for index in torch.nonzero(empty).flatten().tolist():
+        flat = pooled[index, 0].flatten()
+        top = torch.topk(flat, count).indices
+        mask = torch.zeros_like(flat)
+        mask[top] = 1.0
+        masks[index] = mask.reshape(resolution, resolution)
+    return masks, int(empty.sum())
+
+
+def vessel_check(instruments: Instruments, generated: torch.Tensor, real: torch.Tensor, real_native: torch.Tensor,
+                 config) -> dict:
+    """The instrument check of the Jacobian scores: does the segmenter find vessels in generated images?
+
+    It passes when the vessel U-Net passed its own Dice floor and the vessel-pixel fraction of generated images is
+    within a factor ``1 / config.min_vessel_ratio`` of the real images' one.
+
+    Returns:
+        Dict with the vessel-pixel fractions ``generated``, ``real`` (real images resampled to the generator's
+        size), ``real_native`` (at the cohort's size), ``ratio`` = generated / real, ``passed`` and ``check`` (empty
+        when passed, else the failed check in words).
+    """
+    fractions = {name: float((vessel_probability(instruments, images) >= 0.5).float().mean())
+                 for name, images in (("generated", generated), ("real", real), ("real_native", real_native))}
+    ratio = fractions["generated"] / fractions["real"] if fractions["real"] > 0 else float("nan")
+    # Two-sided: far fewer vessel pixels than real (no vessels drawn) and far more (the segmenter marks texture or
+    # the whole field as vessel) both make the masks something other than vessels.
+    low, high = config.min_vessel_ratio, 1.0 / config.min_vessel_ratio
+    passed = bool(np.isfinite(ratio) and low <= ratio <= high)
+    check = "" if passed else (f"the vessel U-Net finds a vessel-pixel fraction of {fractions['generated']:.4f} in "
+                               f"generated images against {fractions['real']:.4f} in real ones (ratio {ratio:.2f}, "
+                               f"outside [{low:g}, {high:g}])")
+    dice = float(instruments.checks.loc[instruments.checks["measure"] == "validation Dice", "value"].iloc[0])
+    if dice < config.segmenter_min_dice:
+        passed = False
+        check = "; ".join(part for part in (f"the vessel U-Net's validation Dice is {dice:.3f} < "
+                                            f"{config.segmenter_min_dice}", check) if part)
+    return {**fractions, "ratio": ratio, "passed": passed, "check": check}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# contribution scores
+# ---------------------------------------------------------------------------------------------------------------
+def sample_codes(generator: StyleGenerator, count: int, seed: int) -> tuple[torch.Tensor, StyleCodes]:
+    """``count`` latents mapped to ``(ws (N, num_ws, w_dim), S codes)`` from seeded z (truncation 1)."""
+    z = torch.randn(count, generator.z_dim, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        ws = generator.mapping(z)
+        return ws, generator.styles(ws).detach()
+
+
+@torch.no_grad()
+def render(generator: StyleGenerator, codes: StyleCodes, batch_size: int = 64) -> torch.Tensor:
+    """Images ``(N, C, R, R)`` in [0, 1] of S codes."""
+    parts = [generator.synthesis_from_styles(codes.select(slice(i, i + batch_size)))
+             for i in range(0, codes.batch_size, batch_size)]
+    return to_unit_range(torch.cat(parts)).clamp(0, 1)
+
+
+@torch.no_grad()
+def render_ws(generator: StyleGenerator, ws: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
+    """Images ``(N, C, R, R)`` in [0, 1] of ws."""
+    parts = [generator.synthesis(ws[i:i + batch_size]) for i in range(0, len(ws), batch_size)]
+    return to_unit_range(torch.cat(parts)).clamp(0, 1)
+
+
+def score_channels(generator: StyleGenerator, codes: StyleCodes, masks: torch.Tensor,
+                   chunk_size: int) -> tuple[ChannelScores, dict]:
+    """Contribution scores of every S channel (Eq. 8-10) and the speed of their JVPs against plain forwards.
+
+    Returns:
+        ``(scores, speed)``; ``speed`` holds ``seconds``, ``channel_images_per_s`` (JVP columns per wall second),
+        ``forward_images_per_s`` (plain synthesis of the same images), their ``ratio`` (the issue's target: >= 0.5),
+        ``T`` and ``K``.
+    """
+    started = time.perf_counter()
+    scores = contribution_scores(generator, codes, masks, chunk_size=chunk_size, progress=False)
+    seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    repeats = 3
+    for _ in range(repeats):
+        render(generator, codes)
+    forward = repeats * codes.batch_size / (time.perf_counter() - started)
+    columns = codes.batch_size * codes.layout.total_channels / seconds
+    return scores, {"T": codes.batch_size, "K": codes.layout.total_channels, "seconds": seconds,
+                    "channel_images_per_s": columns, "forward_images_per_s": forward, "ratio": columns / forward}
+
+
+def score_table(scores: ChannelScores) -> pd.DataFrame:
+    """One row per scored channel: flat ``index``, ``layer``, ``channel``, mean ``score``, its standard error over
+    images ``score_se`` and ``rank`` (1 = best)."""
+    names = scores.names()
+    per_image = scores.per_image.numpy()
+    se = per_image.std(0, ddof=1) / np.sqrt(len(per_image)) if len(per_image) > 1 else np.full(per_image.shape[1],
+                                                                                                np.nan)
+    frame = pd.DataFrame({"index": scores.indices.numpy(), "layer": [name[0] for name in names],
+                          "channel": [name[1] for name in names], "score": scores.scores.numpy(), "score_se": se})
+    frame["rank"] = frame["score"].rank(ascending=False, method="first").astype(int)
+    return frame.sort_values("rank").reset_index(drop=True)
+
+
+def gradient_maps(generator: StyleGenerator, codes: StyleCodes, index: int) -> torch.Tensor:
+    """``|dG(s)/ds_k|`` summed over colour, ``(N, R, R)``, of flat channel ``index`` (paper Fig. 5, column 2)."""
+    layer, channel = codes.layout.locate(int(index))
+    base = codes.detach()
+
+    def draw(layer_styles: torch.Tensor) -> torch.Tensor:
+        styles = base.styles.copy()
+        styles[layer] = layer_styles
+        return generator.synthesis_from_styles(StyleCodes(styles, base.input_transform))
+
+    return jvp_columns(draw, base.styles[layer], [channel])[0].abs().sum(1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the edits
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class EditSet:
+    """Images to edit and every method's edit of them.
+
+    Attributes:
+        name: ``"generated"`` or ``"real"``.
+        originals: ``(N, C, R, R)`` in [0, 1]: the unedited renderings (for real images: their W+ projection).
+        codes: Their S codes.
+        ws: Their ws ``(N, num_ws, w_dim)``.
+        targets: For real images, the real images ``(N, C, R, R)``; None for generated ones.
+        patients: For real images, their patient ids; None otherwise.
+    """
+
+    name: str
+    originals: torch.Tensor
+    codes: StyleCodes
+    ws: torch.Tensor
+    targets: torch.Tensor | None = None
+    patients: np.ndarray | None = None
+
+
+@dataclass
+class Baselines:
+    """The baselines' edits, found on generated images (one channel / direction serves every image).
+
+    Attributes:
+        stylespace_index: Flat S index of StyleSpace's best locally active channel.
+        stylespace_scores: Its channel scores.
+        lowrank: LowRankGAN's first direction in W ``(w_dim,)``; None when it failed (``errors`` says why).
+        resefa: ReSeFa's first direction in W.
+        w_layers: The ws entries LowRankGAN and ReSeFa move ("a few middle layers").
+        errors: Method -> why it produced no direction.
+    """
+
+    stylespace_index: int
+    stylespace_scores: ChannelScores
+    lowrank: torch.Tensor | None
+    resefa: torch.Tensor | None
+    w_layers: tuple[int, ...]
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def middle_layers(num_ws: int) -> tuple[int, ...]:
+    """The ws entries of LowRankGAN's and ReSeFa's edits: the middle half of the synthesis layers (at least one)."""
+    start, stop = num_ws // 4, max(num_ws // 4 + 1, (3 * num_ws) // 4)
+    return tuple(range(start, stop))
+
+
+def _gram_matrices(generator: StyleGenerator, ws: torch.Tensor, layers: tuple[int, ...], masks: torch.Tensor,
+                   chunk_size: int, group: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """Region and background Gram matrices in W averaged over all images, computed ``group`` images at a time
+    (:func:`region_gram_matrices` holds a whole ``D x N x C x H x W`` Jacobian; at 256 px that is about 0.8 GB per
+    image), weighted by group size so the result equals the all-at-once average."""
+    region = background = None
+    for start in range(0, len(ws), group):
+        rows = slice(start, min(start + group, len(ws)))
+        part_region, part_background = region_gram_matrices(w_coordinates(generator, ws[rows], layers), masks[rows],
+                                                            chunk_size=chunk_size)
+        weight = (rows.stop - rows.start) / len(ws)
+        region = part_region * weight if region is None else region + part_region * weight
+        background = part_background * weight if background is None else background + part_background * weight
+    return region, background
+
+
+def find_baselines(generator: StyleGenerator, ws: torch.Tensor, codes: StyleCodes, masks: torch.Tensor,
+                   chunk_size: int) -> Baselines:
+    """StyleSpace's channel and LowRankGAN's / ReSeFa's directions for the vessel region of ``T`` generated images.
+
+    Args:
+        ws: ``(T, num_ws, w_dim)``; ``codes``: their S codes; ``masks``: ``(T, R, R)`` vessel masks.
+    """
+    resolution = generator.resolution
+    pooled = min(32, resolution)
+    stylespace = stylespace_channels(generator, codes, masks, pooled_size=pooled, chunk_size=chunk_size,
+                                     progress=False)
+    layers = middle_layers(generator.num_ws)
+    errors: dict[str, str] = {}
+    lowrank = resefa = None
+    try:
+        region, background = _gram_matrices(generator, ws, layers, masks, chunk_size)
+    except ValueError as error:
+        errors[LOWRANK] = errors[RESEFA] = f"no Gram matrices ({error})"
+    else:
+        try:
+            lowrank = lowrank_directions(region, background).directions[0].float()
+        except ValueError as error:
+            errors[LOWRANK] = str(error)
+        try:
+            resefa = resefa_directions(region, background)[1][0].float()
+        except ValueError as error:
+            errors[RESEFA] = str(error)
+    return Baselines(stylespace.best_index, stylespace, lowrank, resefa, layers, errors)
+
+
+def _ours(generator, edit_set: EditSet, channels: list[int], mean: torch.Tensor, alpha: float) -> torch.Tensor:
+    return render(generator, edit_channels(edit_set.codes, channels, mean, alpha))
+
+
+def _coordinates(generator, edit_set: EditSet, method: str, baselines: Baselines, std: torch.Tensor,
+                 rows: slice | None = None) -> tuple[LatentCoordinates, torch.Tensor] | None:
+    """The latent space and direction of a baseline for (a slice of) an edit set; None when it has no direction."""
+    rows = rows or slice(None)
+    if method == STYLESPACE:
+        codes = edit_set.codes.select(rows).detach()
+
+        def draw(flat: torch.Tensor) -> torch.Tensor:
+            return generator.synthesis_from_styles(codes.with_flat(flat))
+
+        coordinates = LatentCoordinates("s", codes.flatten().clone(), draw,
+                                        tuple(str(i) for i in range(codes.layout.total_channels)))
+        return coordinates, stylespace_direction(baselines.stylespace_index, std)
+    direction = baselines.lowrank if method == LOWRANK else baselines.resefa
+    if direction is None:
+        return None
+    return w_coordinates(generator, edit_set.ws[rows], baselines.w_layers), direction
+
+
+def edit_methods(generator: StyleGenerator, edit_set: EditSet, top: list[int], several: list[int],
+                 statistics: dict, baselines: Baselines, strengths, match_images: int) -> dict:
+    """Every method's edited images at every strength.
+
+    Ours: Eq. 11 with the top channel (and with ``several`` top channels). Baselines: their step found by
+    :func:`~anonpaper.methods.sspace_baselines.step_for_image_change` on the first ``match_images`` images so that
+    the mean absolute image change equals that of our top-channel edit at the same alpha (in the generator's
+    [-1, 1] range), then applied to every image.
+
+    Returns:
+        ``{(method, alpha): {"images": (N, C, R, R) in [0, 1], "step": float, "change": float, "error": str}}``.
+    """
+    results: dict = {}
+    mean, std = statistics["mean"], statistics["std"]
+    subset = slice(0, min(match_images, edit_set.codes.batch_size))
+    for alpha in strengths:
+        ours = _ours(generator, edit_set, top, mean, alpha)
+        change = float((ours - edit_set.originals).abs().mean())
+        results[(OURS, alpha)] = {"images": ours, "step": alpha, "change": change, "error": ""}
+        several_images = _ours(generator, edit_set, several, mean, alpha)
+        results[(OURS_SEVERAL, alpha)] = {"images": several_images, "step": alpha, "error": "",
+                                          "change": float((several_images - edit_set.originals).abs().mean())}
+        # The target in the generator's own range ([-1, 1]: twice the [0, 1] change), on the matching subset.
+        subset_change = 2 * float((ours[subset] - edit_set.originals[subset]).abs().mean())
+        for method in (STYLESPACE, LOWRANK, RESEFA):
+            found = _coordinates(generator, edit_set, method, baselines, std, subset)
+            if found is None:
+                results[(method, alpha)] = {"images": None, "step": float("nan"), "change": float("nan"),
+                                            "error": baselines.errors.get(method, "no direction")}
+                continue
+            coordinates, direction = found
+            try:
+                step = step_for_image_change(coordinates, direction, subset_change) if subset_change > 0 else 0.0
+            except ValueError as error:
+                results[(method, alpha)] = {"images": None, "step": float("nan"), "change": float("nan"),
+                                            "error": f"step not matched ({error})"}
+                continue
+            full, direction = _coordinates(generator, edit_set, method, baselines, std)
+            images = to_unit_range(full.edit(direction, step)).clamp(0, 1)
+            results[(method, alpha)] = {"images": images, "step": step, "error": "",
+                                        "change": float((images - edit_set.originals).abs().mean())}
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# metrics
+# ---------------------------------------------------------------------------------------------------------------
+def _mean_se(values) -> tuple[float, float]:
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return float("nan"), float("nan")
+    se = float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else float("nan")
+    return float(values.mean()), se
+
+
+@torch.no_grad()
+def exudate_present(instruments: Instruments, images: torch.Tensor) -> np.ndarray:
+    """AMS's binary label: 1 when the hard-exudate U-Net gives any pixel probability >= 0.5. ``(N,)`` int."""
+    probability = segment(instruments.exudate, _upsample(images, instruments.cohort_size))
+    return (np.asarray(probability).reshape(len(images), -1).max(1) >= EXUDATE_THRESHOLD).astype(np.int64)
+
+
+def embeddings(instruments: Instruments, images: torch.Tensor) -> np.ndarray:
+    """The attacker's unit embeddings ``(N, D)`` of images ``(N, C, R, R)`` in [0, 1] (at the cohort's side)."""
+    from anonpaper.train.embedding import embed
+
+    return embed(instruments.attacker, _upsample(images, instruments.cohort_size), device="cpu")
+
+
+def fd_features(instruments: Instruments, images: torch.Tensor) -> np.ndarray:
+    """The FD features: pooled encoder taps of the vessel U-Net (the generators chapter's ``FD-vessel-unet``)."""
+    return unet_features(instruments.vessel, _upsample(images, instruments.cohort_size))
+
+
+def bootstrap_fd(first: np.ndarray, second: np.ndarray, resamples: int, seed: int) -> tuple[float, float]:
+    """Frechet distance of two feature sets and its bootstrap standard error (both sets resampled)."""
+    value = frechet_distance(first, second)
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(resamples):
+        a = first[rng.integers(0, len(first), len(first))]
+        b = second[rng.integers(0, len(second), len(second))]
+        draws.append(frechet_distance(a, b))
+    return float(value), float(np.std(draws, ddof=1))
+
+
+def rank1_hits(query: np.ndarray, gallery: np.ndarray, query_ids: np.ndarray, gallery_ids: np.ndarray,
+               exclude: np.ndarray | None = None) -> np.ndarray:
+    """Per query: is the attacker's most cosine-similar gallery image of the same identity? ``(Q,)`` bool.
+
+    ``exclude[q]``, when given, is a gallery index hidden from query ``q`` (its own image)."""
+    similarity = cross_pair_scores(query, gallery, kind="cosine")
+    if exclude is not None:
+        similarity[np.arange(len(query)), exclude] = -np.inf
+    return gallery_ids[similarity.argmax(1)] == query_ids
+
+
+@dataclass
+class AttackGallery:
+    """What the attacker compares edits against.
+
+    Attributes:
+        embeddings: ``(G, D)`` gallery embeddings.
+        identities: ``(G,)`` gallery identities.
+        query_identities: ``(N,)`` identity of each edited image.
+        exclude: ``(N,)`` gallery index hidden from each query (its own unedited image) or None.
+    """
+
+    embeddings: np.ndarray
+    identities: np.ndarray
+    query_identities: np.ndarray
+    exclude: np.ndarray | None = None
+
+
+def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Tensor, real_features: np.ndarray,
+            gallery: AttackGallery, config, tag: str) -> dict:
+    """Paper 1's Table 2 metrics of one edit of ``N`` images, and the attacker's rank-1, each with its SE.
+
+    Args:
+        originals, edited: ``(N, C, R, R)`` in [0, 1].
+        real_features: FD features of the real reference images.
+        gallery: The attacker's gallery.
+        tag: Seed tag of the FD bootstrap.
+
+    Returns:
+        Dict: ``fd``/``fd_se`` (edited vs real), ``lpips`` (domain: vessel + exudate U-Net taps, edited vs its
+        original), ``fs_sift``, ``fs_sr``, ``rroi`` (mean of finite ratios), ``rroi_median``, ``rroi_unbounded``,
+        ``ams``, ``rank1`` (each ``*_se``), ``n``.
+    """
+    size = instruments.cohort_size
+    first, second = _upsample(originals, size), _upsample(edited, size)
+    row: dict[str, Any] = {"n": len(originals)}
+    row["fd"], row["fd_se"] = bootstrap_fd(real_features, fd_features(instruments, edited), config.bootstrap,
+                                           derive_seed(config.seed, "fd", tag))
+    with torch.no_grad():
+        lpips = domain_lpips(first, second, [instruments.vessel.forward_features,
+                                             instruments.exudate.forward_features], reduction="none").numpy()
+    row["lpips"], row["lpips_se"] = _mean_se(lpips)
+    row["fs_sift"], row["fs_sift_se"] = _mean_se(fs_sift(first, second, reduction="none"))
+    row["fs_sr"], row["fs_sr_se"] = _mean_se(fs_sr(instruments.keypoints, first, second, reduction="none"))
+    mask = (vessel_probability(instruments, originals) >= 0.5).float()
+    ratios = rroi(mask, first, second, reduction="none")
+    row["rroi"], row["rroi_se"] = _mean_se(ratios)
+    defined = ratios[~np.isnan(ratios)]
+    row["rroi_median"] = float(np.median(defined)) if defined.size else float("nan")
+    row["rroi_unbounded"] = int(np.isposinf(ratios).sum())
+    agreement = exudate_present(instruments, originals) == exudate_present(instruments, edited)
+    row["ams"], row["ams_se"] = _mean_se(agreement.astype(float))
+    hits = rank1_hits(embeddings(instruments, edited), gallery.embeddings, gallery.query_identities,
+                      gallery.identities, gallery.exclude)
+    row["rank1"], row["rank1_se"] = _mean_se(hits.astype(float))
+    return row
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# real images
+# ---------------------------------------------------------------------------------------------------------------
+def _as_float(images: np.ndarray) -> torch.Tensor:
+    tensor = torch.from_numpy(np.asarray(images)).float() / 255.0
+    return tensor[:, None] if tensor.ndim == 3 else tensor.permute(0, 3, 1, 2)
+
+
+def real_queries(generator_config: GeneratorsConfig, count: int, seed: int) -> tuple[torch.Tensor, np.ndarray,
+                                                                                      np.ndarray, np.ndarray]:
+    """Held-out (test split) real images for the projector: ``count`` images of patients with a second test image.
+
+    Returns:
+        ``(queries (Q, C, R, R) in [0, 1], their test-split rows (Q,), all test images (G, C, R, R) as a numpy
+        float array, patient ids of all test images (G,))``.
+    """
+    images = _as_float(load_images(KIND, generator_config, "test"))
+    cohort = load_cohort("phantom-retina", **generator_config.cohort_options(KIND))
+    patients = cohort.split("test").table["patient_id"].to_numpy()
+    values, counts = np.unique(patients, return_counts=True)
+    eligible = np.flatnonzero(np.isin(patients, values[counts >= 2]))
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.permutation(eligible)[:count])
+    return images[rows], rows, images.numpy(), patients
+
+
+def project_real(generator: StyleGenerator, targets: torch.Tensor, steps: int, seed: int) -> tuple[torch.Tensor,
+                                                                                                    StyleCodes,
+                                                                                                    torch.Tensor]:
+    """Invert real images into W+ (StyleGAN2-ADA projector recipe) and map them to S.
+
+    Returns:
+        ``(ws (N, num_ws, w_dim), S codes, reconstructions (N, C, R, R) in [0, 1])``.
+    """
+    result = project(generator, targets * 2 - 1, space="w+", num_steps=steps, w_avg_samples=2000, seed=seed)
+    return result.ws.detach(), result.codes.detach(), to_unit_range(result.reconstruction).clamp(0, 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Table 3: the loss ablation
+# ---------------------------------------------------------------------------------------------------------------
+def ablation_loss(instruments: Instruments, parts: tuple[str, ...]) -> Callable | None:
+    """Paper 1's extra generator loss ``0.6 * sum of LPIPS_part(fake, real)`` over ``parts`` (``"vessel"``,
+    ``"lesion"``): cosine distances of the U-Nets' 8 taps between the generated batch and a real batch, at the
+    cohort's side (None for the plain StyleGAN3)."""
+    if not parts:
+        return None
+    networks = []
+    for part in parts:
+        network = instruments.vessel if part == "vessel" else instruments.exudate
+        for parameter in network.parameters():
+            parameter.requires_grad_(False)  # the U-Nets are fixed instruments; only G learns
+        networks.append(network)
+    size = instruments.cohort_size
+
+    def loss(context) -> tuple[torch.Tensor, dict]:
+        fake = F.interpolate((context.fake_images + 1) / 2, size=size, mode="bilinear", align_corners=False)
+        real = F.interpolate((context.real_images + 1) / 2, size=size, mode="bilinear", align_corners=False)
+        terms = {part: feature_tap_distance(fake.clamp(0, 1), real.clamp(0, 1), network.forward_features)
+                 for part, network in zip(parts, networks)}
+        return LPIPS_WEIGHT * sum(terms.values()), {f"lpips_{part}": value.detach() for part, value in terms.items()}
+
+    return loss
+
+
+def train_ablation_generator(variant: str, instruments: Instruments, config, generator_config: GeneratorsConfig,
+                             progress: bool = False) -> dict:
+    """One generator of Table 3 (``variant`` in :data:`ABLATIONS`), trained ``config.ablation_kimg`` with the
+    generators chapter's recipe and initialisation, cached. Returns ``{"state_dict", "seconds", "kimg"}``."""
+    parts = ABLATIONS[variant]
+    steps = max(1, int(round(config.ablation_kimg * 1000 / generator_config.batch_size)))
+    settings = dataclasses.replace(training_config(KIND, generator_config, output_dir=None, progress=progress),
+                                   total_steps=steps, adversarial_weight=ADVERSARIAL_WEIGHT if parts else 1.0,
+                                   checkpoint_every=0, metrics_every=0, log_every=max(1, steps // 50))
+    recipe = dataclasses.asdict(settings)
+    for name in ("output_dir", "progress", "log_every"):
+        recipe.pop(name)
+    description = {"variant": variant, "parts": list(parts), "lpips_weight": LPIPS_WEIGHT if parts else 0.0,
+                   "stylegan": generator_config.stylegan_config(KIND).to_dict(), "training": recipe,
+                   "generator_seed": generator_config.seed,
+                   "instruments": {"segmenter_epochs": config.segmenter_epochs, "seed": generator_config.seed}}
+
+    def build() -> dict:
+        stylegan = generator_config.stylegan_config(KIND)
+        images = load_images(KIND, generator_config)
+        generator = StyleGenerator(stylegan, seed=derive_seed(generator_config.seed, "G", KIND), implementation="fast")
+        discriminator = ResidualDiscriminator(stylegan, seed=derive_seed(generator_config.seed, "D", KIND))
+        started = time.perf_counter()
+        result = train_gan(generator, discriminator, images, settings,
+                           extra_generator_loss=ablation_loss(instruments, parts),
+                           device=config.device or get_device())
+        ema = result.generator_ema.to("cpu")
+        return {"state_dict": {k: v.detach().cpu() for k, v in ema.state_dict().items()},
+                "seconds": time.perf_counter() - started, "kimg": steps * generator_config.batch_size / 1000}
+
+    return ArtifactCache("vascular-ablation").get_or_create(description, build)
+
+
+def loss_ablation(instruments: Instruments, config, generator_config: GeneratorsConfig,
+                  progress: bool = False) -> tuple[pd.DataFrame, dict]:
+    """Table 3: FD (vessel U-Net features, with bootstrap SE), LPIPS (domain, each generated image against a
+    random real one), MSE (likewise, unpaired) and SWD of each ablation generator against real training images.
+
+    Returns:
+        ``(table, samples)``: one row per variant; ``samples[variant]`` = 8 images (N, C, R, R) in [0, 1].
+    """
+    if config.ablation_kimg <= 0:
+        return pd.DataFrame(), {}
+    real_all = _as_float(load_images(KIND, generator_config))
+    count = min(config.ablation_eval_images, len(real_all))
+    rng = np.random.default_rng(derive_seed(config.seed, "ablation-real"))
+    real = real_all[np.sort(rng.choice(len(real_all), count, replace=False))]
+    partner = real[rng.permutation(count)]
+    real_features = fd_features(instruments, real)
+    rows, samples = [], {}
+    for variant in ABLATIONS:
+        artifact = train_ablation_generator(variant, instruments, config, generator_config, progress)
+        generator = StyleGenerator(generator_config.stylegan_config(KIND), seed=0)
+        generator.load_state_dict(artifact["state_dict"])
+        generator.eval()
+        fake = generate(generator, count, derive_seed(config.seed, "ablation-samples"))
+        fd, fd_se = bootstrap_fd(real_features, fd_features(instruments, fake), config.bootstrap,
+                                 derive_seed(config.seed, "ablation-fd", variant))
+        with torch.no_grad():
+            size = instruments.cohort_size
+            lpips = domain_lpips(_upsample(fake, size), _upsample(partner, size),
+                                 [instruments.vessel.forward_features, instruments.exudate.forward_features],
+                                 reduction="none").numpy()
+        mse = (fake - partner).square().flatten(1).mean(1).numpy()
+        row = {"variant": variant, "kimg": artifact["kimg"], "train_seconds": artifact["seconds"], "fd": fd,
+               "fd_se": fd_se}
+        row["lpips"], row["lpips_se"] = _mean_se(lpips)
+        row["mse"], row["mse_se"] = _mean_se(mse)
+        row["swd"] = swd(real, fake, seed=config.seed).value if generator.resolution >= 16 else float("nan")
+        row["n"] = count
+        rows.append(row)
+        samples[variant] = fake[:8].numpy()
+    return pd.DataFrame(rows), samples
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the whole experiment
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    """What :func:`run` returns.
+
+    Attributes:
+        config: The run's config; ``generator_config``: the generators chapter's config it used.
+        generator: Description of the generator: kind, config, resolution, K, source, kimg, note.
+        instruments: One row per instrument check.
+        vessels: The vessel instrument check (:func:`vessel_check`) plus ``fallback_masks``: images of the ``T``
+            whose mask is the fallback (no vessel found).
+        scores: :class:`ChannelScores` of every channel over the ``T`` images; ``channels``: :func:`score_table`.
+        speed: The JVP speed (:func:`score_channels`).
+        baselines: The baselines' channel / directions.
+        sweep: One row per image set, method and strength: the metrics of :func:`measure`, ``step``, ``change``
+            (mean absolute change in [0, 1] units), ``error`` (why a method has no edit).
+        ablation: Table 3 rows (empty when skipped); ``ablation_samples``: variant -> images.
+        samples: Arrays for the figures (see :func:`run`).
+        seconds: Wall seconds per stage.
+    """
+
+    config: Any
+    generator_config: GeneratorsConfig
+    generator: dict
+    instruments: pd.DataFrame
+    vessels: dict
+    scores: ChannelScores
+    channels: pd.DataFrame
+    speed: dict
+    baselines: Baselines
+    sweep: pd.DataFrame
+    ablation: pd.DataFrame
+    ablation_samples: dict
+    samples: dict
+    seconds: dict
+
+    def row(self, image_set: str, method: str, alpha: float) -> dict:
+        """The sweep row of one image set, method and strength (empty dict when absent)."""
+        frame = self.sweep
+        rows = frame[(frame["image_set"] == image_set) & (frame["method"] == method)
+                     & np.isclose(frame["alpha"], alpha)]
+        return rows.iloc[0].to_dict() if len(rows) else {}
+
+
+def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> Outcome:
+    """The whole chapter: generator, instruments, scores, edits, metrics, ablation (see the module docstring).
+
+    Args:
+        config: This chapter's :class:`~anonpaper.experiments.vascular.Config`.
+        generator_config: The generators chapter's config at ``config.generators_profile``
+            (``anonpaper.runner.study_config("02_generators", profile)``).
+        progress: Show training progress bars.
+    """
+    seconds: dict[str, float] = {}
+    tick = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal tick
+        now = time.perf_counter()
+        seconds[stage] = now - tick
+        tick = now
+
+    trained, note = load_fundus_generator(generator_config, progress)
+    generator = trained.generator.eval()
+    for parameter in generator.parameters():
+        parameter.requires_grad_(False)
+    layout = generator.style_layout
+    resolution = generator.resolution
+    generator_info = {"kind": KIND, "config": generator.config.description, "resolution": resolution,
+                      "style_channels": layout.total_channels, "style_layers": len(layout.names),
+                      "source": trained.source, "kimg": trained.kimg, "note": note}
+    lap("generator")
+    instruments = load_instruments(config, generator_config, progress)
+    lap("instruments")
+
+    # The instrument check, on the T score images against as many real training images.
+    ws_scored, codes_scored = sample_codes(generator, config.score_images, derive_seed(config.seed, "score-images"))
+    scored_images = render(generator, codes_scored)
+    cohort = load_cohort("phantom-retina", **generator_config.cohort_options(KIND))
+    native_all = cohort.split("train").load_images()
+    pick = np.sort(np.random.default_rng(derive_seed(config.seed, "real-check")).choice(
+        len(native_all), min(len(native_all), max(config.score_images, 8)), replace=False))
+    real_resampled = _as_float(load_images(KIND, generator_config))[pick]
+    vessels = vessel_check(instruments, scored_images, real_resampled, _as_float(native_all[pick]), config)
+    fallback_fraction = max(vessels["real"], 0.02)
+    masks_scored, fallback = vessel_masks(vessel_probability(instruments, scored_images), resolution,
+                                          fallback_fraction)
+    vessels["fallback_masks"] = fallback
+    vessels["T"] = config.score_images
+    lap("instrument check")
+
+    scores, speed = score_channels(generator, codes_scored, masks_scored, config.chunk_size)
+    channels = score_table(scores)
+    ranking = scores.ranking.tolist()
+    top, several = ranking[:1], ranking[:config.several_channels]
+    statistics = style_statistics(generator, num_samples=1000, seed=derive_seed(config.seed, "style-statistics"))
+    lap("contribution scores")
+
+    base_rows = slice(0, min(config.baseline_images, config.score_images))
+    baselines = find_baselines(generator, ws_scored[base_rows], codes_scored.select(base_rows),
+                               masks_scored[base_rows], config.chunk_size)
+    lap("baselines")
+
+    # Edit sets: fresh generated images, and real held-out images inverted into W+.
+    ws_eval, codes_eval = sample_codes(generator, config.eval_images, derive_seed(config.seed, "eval-images"))
+    generated = EditSet("generated", render(generator, codes_eval), codes_eval, ws_eval)
+    edit_sets = [generated]
+    queries, query_rows, test_images, test_patients = real_queries(generator_config, config.real_images,
+                                                                   derive_seed(config.seed, "real-queries"))
+    if len(queries):
+        ws_real, codes_real, reconstruction = project_real(generator, queries, config.projector_steps,
+                                                           derive_seed(config.seed, "projector"))
+        edit_sets.append(EditSet("real", reconstruction, codes_real, ws_real, queries, test_patients[query_rows]))
+    lap("projector")
+
+    real_features = fd_features(instruments, real_resampled)
+    rows, examples = [], {}
+    strengths = config.strengths
+    for edit_set in edit_sets:
+        edits = edit_methods(generator, edit_set, top, several, statistics, baselines, strengths,
+                             config.match_images)
+        if edit_set.name == "generated":
+            gallery = AttackGallery(embeddings(instruments, edit_set.originals), np.arange(len(edit_set.originals)),
+                                    np.arange(len(edit_set.originals)))
+        else:
+            gallery = AttackGallery(embeddings(instruments, torch.from_numpy(test_images)), test_patients,
+                                    edit_set.patients, query_rows)
+        # alpha = 0: the unedited images (for real ones, the projection: what the inversion alone leaks)
+        baseline_row = measure(instruments, edit_set.originals, edit_set.originals, real_features, gallery, config,
+                               f"{edit_set.name}-none")
+        rows.append({"image_set": edit_set.name, "method": "unedited", "alpha": 0.0, "step": 0.0, "change": 0.0,
+                     "error": "", **baseline_row})
+        if edit_set.targets is not None:
+            target_row = measure(instruments, edit_set.targets, edit_set.targets, real_features, gallery, config,
+                                 f"{edit_set.name}-target")
+            rows.append({"image_set": edit_set.name, "method": "real image (not projected)", "alpha": 0.0,
+                         "step": 0.0, "change": 0.0, "error": "", **target_row})
+        for (method, alpha), edit in edits.items():
+            row = {"image_set": edit_set.name, "method": method, "alpha": alpha, "step": edit["step"],
+                   "change": edit["change"], "error": edit["error"]}
+            if edit["images"] is not None:
+                row.update(measure(instruments, edit_set.originals, edit["images"], real_features, gallery, config,
+                                   f"{edit_set.name}-{method}-{alpha}"))
+            rows.append(row)
+        examples[edit_set.name] = {"originals": edit_set.originals[:4].numpy(),
+                                   "edits": {key: value["images"][:4].numpy() for key, value in edits.items()
+                                             if value["images"] is not None}}
+        if edit_set.targets is not None:
+            examples[edit_set.name]["targets"] = edit_set.targets[:4].numpy()
+    sweep = pd.DataFrame(rows)
+    lap("edits and metrics")
+
+    shown = slice(0, 4)
+    grid_channels = ranking[:config.grid_channels]
+    samples = {
+        "scored": scored_images[shown].numpy(),
+        "masks": masks_scored[shown].numpy(),
+        "gradient": gradient_maps(generator, codes_scored.select(shown), top[0]).numpy(),
+        "channel_edits": {index: render(generator, edit_channels(codes_scored.select(shown), [index],
+                                                                 statistics["mean"], 1.0)).numpy()
+                          for index in grid_channels},
+        "examples": examples,
+    }
+    lap("figures")
+    ablation, ablation_samples = loss_ablation(instruments, config, generator_config, progress)
+    lap("ablation")
+    return Outcome(config, generator_config, generator_info, instruments.checks, vessels, scores, channels, speed,
+                   baselines, sweep, ablation, ablation_samples, samples, seconds)

@@ -1,0 +1,246 @@
+"""The vascular chapter (paper 1): config validation, claims on planted outcomes, pipeline pieces on tiny inputs,
+the generator lookup across package sources, and the method layer's silent JVPs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from anonpaper.experiments import vascular as chapter
+from anonpaper.experiments.claims import FAILS, HOLDS, UNDECIDED
+from anonpaper.experiments.vascular import claims as claims_module
+from anonpaper.experiments.vascular import pipeline
+from anonpaper.models.stylegan import StyleGenerator, get_config, style_statistics
+from anonpaper.models.unet import UNet
+
+pytestmark = pytest.mark.unit
+
+
+# -- config ---------------------------------------------------------------------------------------------------------
+
+def test_quick_defaults_are_valid_and_strengths_include_the_table_alpha():
+    config = chapter.Config()
+    assert config.generators_profile == "quick" and config.score_images == 64
+    assert config.strengths == (0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
+    assert chapter.Config.from_parameters(config.parameters()) == config
+
+
+@pytest.mark.parametrize("changes, name", [
+    ({"generators_profile": "huge"}, "GENERATORS_PROFILE"),
+    ({"alphas": (0.8, 0.2)}, "ALPHAS"),
+    ({"alphas": (0.0, 0.5)}, "ALPHAS"),
+    ({"table_alpha": 0.0}, "TABLE_ALPHA"),
+    ({"several_channels": 1}, "SEVERAL_CHANNELS"),
+    ({"score_images": 0}, "SCORE_IMAGES"),
+    ({"min_vessel_ratio": 0.0}, "MIN_VESSEL_RATIO"),
+    ({"ablation_kimg": -1.0}, "ABLATION_KIMG"),
+    ({"attacker_backbone": "vgg"}, "ATTACKER_BACKBONE"),
+    ({"bootstrap": 1}, "BOOTSTRAP"),
+])
+def test_config_rejects_bad_values_naming_the_parameter(changes, name):
+    with pytest.raises(ValueError, match=name):
+        chapter.Config(**changes)
+
+
+# -- claims on planted outcomes -------------------------------------------------------------------------------------
+
+def _row(image_set, method, alpha, fs_sift, fs_sr, rroi, n=60, se=0.01):
+    return {"image_set": image_set, "method": method, "alpha": alpha, "step": alpha, "change": 0.1, "error": "",
+            "n": n, "fd": 10.0, "fd_se": 1.0, "lpips": 0.1, "lpips_se": 0.01, "fs_sift": fs_sift, "fs_sift_se": se,
+            "fs_sr": fs_sr, "fs_sr_se": se, "rroi": rroi, "rroi_se": se, "rroi_median": rroi, "rroi_unbounded": 0,
+            "ams": 1.0, "ams_se": 0.0, "rank1": 0.5, "rank1_se": 0.05}
+
+
+def planted_outcome(*, fs_falls=True, ours_keeps=True, both_lower=True, n=60, vessels_ok=True,
+                    dice=0.8) -> pipeline.Outcome:
+    """An outcome whose numbers plant each claim's answer: ours' FS falls (or rises) with alpha, ours' RROI is
+    above (or below) every baseline's at the same identity similarity, +both's FD below (or above) plain's."""
+    config = chapter.Config(min_test_images=50)
+    rows = []
+    for alpha in config.strengths:
+        identity = 0.9 - 0.6 * alpha if fs_falls else 0.3 + 0.6 * alpha
+        rows.append(_row("generated", pipeline.OURS, alpha, identity, identity, 2.0 if ours_keeps else 0.5, n=n))
+        for method in (pipeline.STYLESPACE, pipeline.LOWRANK, pipeline.RESEFA):
+            # the baselines' sweeps cover identity similarities 0.1-0.9 at a constant RROI
+            rows.append(_row("generated", method, alpha, 0.9 - 0.8 * alpha, 0.9 - 0.8 * alpha,
+                             1.0 if ours_keeps else 3.0, n=n))
+    ablation = pd.DataFrame([{"variant": variant, "kimg": 2.0, "train_seconds": 1.0, "n": n,
+                              "fd": {"plain": 50.0, "+vessel": 40.0, "+lesion": 35.0, "+both": 20.0 if both_lower
+                                     else 80.0}[variant], "fd_se": 2.0, "lpips": 0.5, "lpips_se": 0.01, "mse": 0.1,
+                              "mse_se": 0.01, "swd": 10.0} for variant in chapter.ABLATIONS])
+    instruments = pd.DataFrame([{"instrument": "vessel U-Net", "measure": "validation Dice", "value": dice,
+                                 "floor": 0.5}])
+    ratio = 0.9 if vessels_ok else 0.01
+    vessels = {"generated": 0.1 * ratio, "real": 0.1, "real_native": 0.12, "ratio": ratio, "passed": vessels_ok,
+               "check": "" if vessels_ok else "the vessel U-Net finds a vessel-pixel fraction of 0.001",
+               "fallback_masks": 0, "T": n}
+    return pipeline.Outcome(config, None, {}, instruments, vessels, None, pd.DataFrame(), {}, None,
+                            pd.DataFrame(rows), ablation, {}, {}, {})
+
+
+def verdicts(outcome) -> dict[str, str]:
+    return {claim.id: claim.verdict for claim in chapter.evaluate_claims(outcome)}
+
+
+def test_claims_hold_when_the_planted_numbers_agree_with_the_paper():
+    assert verdicts(planted_outcome()) == {"vascular-vessels-generated": HOLDS, "vascular-top-channel-lowers-fs": HOLDS,
+                                           "vascular-lesions-kept": HOLDS, "vascular-ablation-fd": HOLDS}
+
+
+def test_claims_do_not_hold_when_the_planted_numbers_contradict_the_paper():
+    found = verdicts(planted_outcome(fs_falls=False, ours_keeps=False, both_lower=False))
+    assert found["vascular-top-channel-lowers-fs"] == FAILS
+    assert found["vascular-lesions-kept"] == FAILS
+    assert found["vascular-ablation-fd"] == FAILS
+
+
+def test_claims_are_undecided_on_small_sets_and_when_the_vessel_instrument_fails():
+    small = verdicts(planted_outcome(n=10))
+    assert set(small.values()) == {UNDECIDED}
+    failed = chapter.evaluate_claims(planted_outcome(vessels_ok=False))
+    by_id = {claim.id: claim for claim in failed}
+    assert by_id["vascular-vessels-generated"].verdict == FAILS
+    for name in ("vascular-top-channel-lowers-fs", "vascular-lesions-kept"):
+        assert by_id[name].verdict == UNDECIDED and "vessel masks of generated images failed" in by_id[name].reason
+    assert by_id["vascular-ablation-fd"].verdict == HOLDS  # FD does not rest on the masks of generated images
+    low_dice = {claim.id: claim for claim in chapter.evaluate_claims(planted_outcome(dice=0.2))}
+    assert all(claim.verdict == UNDECIDED and "Dice 0.200" in claim.reason for claim in low_dice.values())
+
+
+def test_differences_within_noise_leave_claims_undecided():
+    outcome = planted_outcome()
+    outcome.sweep[["fs_sift_se", "fs_sr_se", "rroi_se"]] = 5.0
+    found = verdicts(outcome)
+    assert found["vascular-top-channel-lowers-fs"] == UNDECIDED and found["vascular-lesions-kept"] == UNDECIDED
+
+
+def test_lesion_claim_interpolates_each_baseline_at_our_identity_similarity():
+    outcome = planted_outcome()
+    value, error, why = claims_module._interpolated(outcome, pipeline.LOWRANK, 0.5)
+    assert why == "" and value == pytest.approx(1.0) and error == pytest.approx(0.01)
+    _, _, why = claims_module._interpolated(outcome, pipeline.LOWRANK, 0.95)
+    assert "spans" in why
+
+
+def test_ablation_claim_is_undecided_when_not_run():
+    outcome = planted_outcome()
+    outcome.ablation = pd.DataFrame()
+    claim = claims_module.ablation_claim(outcome)
+    assert claim.verdict == UNDECIDED and "not run" in claim.reason
+
+
+# -- pipeline pieces --------------------------------------------------------------------------------------------------
+
+def test_vessel_masks_max_pool_and_count_fallbacks():
+    probability = torch.zeros(2, 1, 8, 8)
+    probability[0, 0, 0, 1] = 0.9  # one vessel pixel in the first cohort-size image
+    probability[1, 0, 5, 5] = 0.3  # no vessel in the second: its most vessel-like pixels are taken
+    masks, fallback = pipeline.vessel_masks(probability, 4, fallback_fraction=1 / 16)
+    assert masks.shape == (2, 4, 4) and fallback == 1
+    assert masks[0].sum() == 1 and masks[0, 0, 0] == 1
+    assert masks[1].sum() == 1 and masks[1, 2, 2] == 1
+
+
+def test_middle_layers_and_rank1_hits():
+    assert pipeline.middle_layers(6) == (1, 2, 3) and pipeline.middle_layers(2) == (0,)
+    gallery = np.eye(3)
+    query = np.array([[1.0, 0.1, 0.0], [0.0, 0.0, 1.0]])
+    hits = pipeline.rank1_hits(query, gallery, np.array([0, 1]), np.arange(3))
+    assert hits.tolist() == [True, False]
+    hidden = pipeline.rank1_hits(query[:1], gallery, np.array([0]), np.array([0, 0, 1]), exclude=np.array([0]))
+    assert hidden.tolist() == [True]  # its own image hidden, the second image of identity 0 is the next nearest
+
+
+def test_bootstrap_fd_is_deterministic_and_positive():
+    rng = np.random.default_rng(0)
+    first, second = rng.normal(size=(40, 3)), rng.normal(1.0, size=(40, 3))
+    value, error = pipeline.bootstrap_fd(first, second, 20, seed=1)
+    assert value > 1.0 and error > 0 and (value, error) == pipeline.bootstrap_fd(first, second, 20, seed=1)
+
+
+@pytest.fixture(scope="module")
+def tiny_generator():
+    generator = StyleGenerator(get_config("sg3t-tiny"), seed=0).eval()
+    for parameter in generator.parameters():
+        parameter.requires_grad_(False)
+    return generator
+
+
+def test_scores_table_and_gradient_maps_on_a_tiny_generator(tiny_generator):
+    ws, codes = pipeline.sample_codes(tiny_generator, 2, seed=1)
+    masks = torch.zeros(2, 32, 32)
+    masks[:, 8:24, 8:24] = 1
+    scores, speed = pipeline.score_channels(tiny_generator, codes, masks, chunk_size=16)
+    table = pipeline.score_table(scores)
+    assert len(table) == codes.layout.total_channels == speed["K"] and speed["T"] == 2
+    assert table["rank"].tolist() == list(range(1, len(table) + 1))
+    assert table["index"].iloc[0] == scores.best_index
+    maps = pipeline.gradient_maps(tiny_generator, codes, scores.best_index)
+    assert maps.shape == (2, 32, 32) and float(maps.sum()) > 0
+
+
+def test_edit_methods_match_the_baselines_to_our_image_change(tiny_generator):
+    ws, codes = pipeline.sample_codes(tiny_generator, 3, seed=2)
+    edit_set = pipeline.EditSet("generated", pipeline.render(tiny_generator, codes), codes, ws)
+    statistics = style_statistics(tiny_generator, num_samples=64, seed=0)
+    direction = torch.nn.functional.normalize(torch.randn(tiny_generator.w_dim, generator=torch.Generator()
+                                                          .manual_seed(0)), dim=0)
+    channel_scores = None
+    baselines = pipeline.Baselines(5, channel_scores, direction, None, (1, 2), {pipeline.RESEFA: "planted failure"})
+    edits = pipeline.edit_methods(tiny_generator, edit_set, [0], [0, 1], statistics, baselines, (0.5, 1.0),
+                                  match_images=3)
+    ours = edits[(pipeline.OURS, 1.0)]
+    assert ours["images"].shape == edit_set.originals.shape and ours["change"] > 0
+    for method in (pipeline.STYLESPACE, pipeline.LOWRANK):
+        matched = edits[(method, 1.0)]
+        assert matched["change"] == pytest.approx(ours["change"], rel=0.05)
+    assert edits[(pipeline.RESEFA, 0.5)]["images"] is None and "planted" in edits[(pipeline.RESEFA, 0.5)]["error"]
+
+
+def test_ablation_loss_is_a_differentiable_weighted_tap_distance():
+    network = UNet(3, 1, base_width=4, depth=2)
+    instruments = pipeline.Instruments(network, network, None, None, pd.DataFrame(), 16)
+    assert pipeline.ablation_loss(instruments, ()) is None
+    loss = pipeline.ablation_loss(instruments, ("vessel", "lesion"))
+    fake = (torch.rand(2, 3, 8, 8) * 2 - 1).requires_grad_(True)
+    context = type("Context", (), {"fake_images": fake, "real_images": torch.rand(2, 3, 8, 8) * 2 - 1})()
+    value, logs = loss(context)
+    value.backward()
+    value = value.detach()
+    assert float(value) > 0 and set(logs) == {"lpips_vessel", "lpips_lesion"}
+    assert float(value) == pytest.approx(0.6 * float(logs["lpips_vessel"] + logs["lpips_lesion"]))
+    assert fake.grad is not None and not any(p.grad is not None for p in network.parameters())
+
+
+def test_generator_lookup_finds_a_cached_generator_of_another_package_source(tmp_path, monkeypatch):
+    from anonpaper.cache import ArtifactCache
+    from anonpaper.experiments.generators import Config as GeneratorsConfig
+    from anonpaper.experiments.generators import generator_description
+
+    monkeypatch.setenv("ANONPAPER_CACHE", str(tmp_path))
+    generator_config = GeneratorsConfig(retina_patients=6, cxr_patients=4, fundus_sg3t_kimg=0.016, weights_dir=None)
+    generator = StyleGenerator(generator_config.stylegan_config(pipeline.KIND), seed=7)
+    artifact = {"generator_ema": generator.state_dict(), "kimg": 0.016, "history": {}, "seconds": 1.0,
+                "resumed_from_kimg": 0.0,
+                "description": generator_description(pipeline.KIND, generator_config)}
+    ArtifactCache("stylegan-generators").save({"another": "source"}, artifact, include_source=False)
+    trained, note = pipeline.load_fundus_generator(generator_config)
+    assert "earlier package source" in note and trained.source == "cache"
+    for key, value in generator.state_dict().items():
+        assert torch.equal(trained.generator.state_dict()[key], value)
+
+
+def test_first_jvp_of_a_process_prints_no_warning():
+    """torch loads its JVP decompositions with torch.jit.script on the first JVP, which warns (a stderr block on a
+    notebook page); jvp_columns silences that one warning."""
+    code = ("import torch\nfrom anonpaper.methods.jacobian_edit import jvp_columns\n"
+            "jvp_columns(lambda x: torch.tanh(x) * 2, torch.ones(2, 3), [0, 2])\n")
+    result = subprocess.run([sys.executable, "-W", "error::FutureWarning", "-c", code], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "deprecated" not in result.stderr
