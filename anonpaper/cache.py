@@ -1,11 +1,10 @@
 """Content-addressed artifact cache, so a network trained in one notebook is reused by the next.
 
 Keys are hashes of everything that determines the artifact (configuration, data description, seed, and by default
-the source of the code that can change it), so a change to any of them trains afresh. That code is the package's
-lower layers (:data:`anonpaper.runtime.LOWER_LAYERS`: data, metrics, models, methods, train, ...) plus, for a cache
-opened by a chapter (a module under ``anonpaper.experiments.<chapter>``), that chapter's package: editing one
-chapter never retrains the networks another chapter cached (the GAN chapters share the generators chapter's
-generators), while editing a trainer retrains everything it trained. Writes are atomic (temporary file then
+the source of the code that can change it), so a change to any of them trains afresh. That code is the import
+closure of the module that opens the cache (:func:`anonpaper.runtime.import_closure`): editing one chapter never
+retrains what another chapter cached (the GAN chapters share the generators chapter's generators), while editing
+a trainer retrains everything it trained. Writes are atomic (temporary file then
 ``os.replace``), so an interrupted run never leaves a half-written artifact that a later run would trust.
 
 Example:
@@ -26,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from anonpaper.runtime import LOWER_LAYERS, cache_dir, content_hash, package_source_hash
+from anonpaper.runtime import LOWER_LAYERS, cache_dir, content_hash, import_closure, module_files, package_source_hash
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -58,18 +57,19 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
 
 
 def source_parts_of(owner: str) -> tuple[str, ...]:
-    """Package-relative parts whose source keys the artifacts built by module ``owner`` (see the module docstring).
+    """Package-relative source files that key the artifacts built by module ``owner``: its import closure, or
+    :data:`~anonpaper.runtime.LOWER_LAYERS` when ``owner`` is not a package module (a test, a notebook).
 
     Example:
-        >>> source_parts_of("anonpaper.experiments.generators.pipeline")[-1]
-        'experiments/generators'
-        >>> source_parts_of("anonpaper.train.pretrained") == LOWER_LAYERS
+        >>> "experiments/generators/pipeline.py" in source_parts_of("anonpaper.experiments.generators.pipeline")
+        True
+        >>> any(part.startswith("methods/") for part in source_parts_of("anonpaper.experiments.generators.pipeline"))
+        False
+        >>> source_parts_of("__main__") == LOWER_LAYERS
         True
     """
-    parts = owner.split(".")
-    if len(parts) >= 3 and parts[:2] == ["anonpaper", "experiments"]:
-        return LOWER_LAYERS + (f"experiments/{parts[2]}",)
-    return LOWER_LAYERS
+    files = module_files(import_closure(owner)) if owner.startswith("anonpaper.") else ()
+    return files or LOWER_LAYERS
 
 
 class ArtifactCache:
@@ -78,9 +78,8 @@ class ArtifactCache:
     Args:
         namespace: Folder name for one kind of artifact, e.g. ``"vessel-segmenter"``.
         root: Cache root; defaults to :func:`anonpaper.runtime.cache_dir`.
-        owner: Dotted name of the module that builds the artifacts (default: the module that opens the cache).
-            When it is a chapter module (``anonpaper.experiments.<chapter>...``), that chapter's package joins the
-            source that keys the artifacts.
+        owner: Dotted name of the module that builds the artifacts (default: the module that opens the cache);
+            the source of its import closure keys the artifacts.
     """
 
     def __init__(self, namespace: str, root: Path | None = None, owner: str | None = None):

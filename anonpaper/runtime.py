@@ -128,7 +128,7 @@ def derive_seed(seed: int, *parts: Any) -> int:
 
 
 # The package parts below the chapters (``experiments``), the runner and the CLI: the code that builds, trains and
-# measures. A cached network depends on these and on the chapter that builds it, never on other chapters.
+# measures; the conservative source of an artifact whose builder is not a package module.
 LOWER_LAYERS = ("__init__.py", "runtime.py", "cache.py", "data", "metrics", "models", "methods", "train")
 
 
@@ -165,6 +165,67 @@ def _module_file(name: str) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def _imported_modules(name: str, path: Path) -> set[str]:
+    """Package modules that module ``name`` (source ``path``) names in its import statements, with their parent
+    packages (importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` too)."""
+    import ast
+
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            found.add(base)
+            # `from package import module` imports a module, not only a name.
+            found.update(f"{base}.{alias.name}" for alias in node.names if _module_file(f"{base}.{alias.name}"))
+    modules = set()
+    for module in found:
+        parts = module.split(".")
+        if parts[0] == PACKAGE_DIR.name:
+            modules.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
+    return modules
+
+
+def import_closure(name: str) -> tuple[str, ...]:
+    """Package modules that module ``name`` imports, directly or through others, itself included (read from the
+    source files, statically: imports inside functions count too, so the closure errs on the large side).
+
+    An artifact cache keys what a module builds on the source of this closure: code the builder never reaches
+    (another chapter, an unrelated method) cannot change the artifact.
+
+    Returns:
+        Sorted dotted names of the modules that have a source file in this checkout.
+
+    Example:
+        >>> closure = import_closure("anonpaper.cache")
+        >>> "anonpaper.runtime" in closure and "anonpaper.experiments" not in closure
+        True
+    """
+    seen: set[str] = set()
+    parts = name.split(".")
+    pending = [".".join(parts[:end]) for end in range(1, len(parts) + 1)]  # importing a.b.c runs a, a.b too
+    while pending:
+        module = pending.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        path = _module_file(module)
+        if path is not None:
+            pending.extend(_imported_modules(module, path) - seen)
+    return tuple(sorted(module for module in seen if _module_file(module) is not None))
+
+
+def module_files(names: Iterable[str]) -> tuple[str, ...]:
+    """Package-relative source paths of dotted module names (for :func:`package_source_hash`)."""
+    files = (_module_file(name) for name in names)
+    return tuple(sorted(str(path.relative_to(PACKAGE_DIR)) for path in files if path is not None))
 
 
 def module_source_hashes(names: Iterable[str] | None = None) -> dict[str, str]:

@@ -63,30 +63,46 @@ def test_cache_builds_once_then_loads(tmp_path):
         ArtifactCache("../escape", root=tmp_path)
 
 
-def test_cache_keys_follow_the_lower_layers_and_the_owning_chapter_only(tmp_path, monkeypatch):
-    # A fake package: editing another chapter must not retrain what the generators chapter cached (the GAN
-    # chapters load its generators); editing the trainer or the owning chapter must.
+def test_cache_keys_follow_the_import_closure_of_the_builder(tmp_path, monkeypatch):
+    # A fake package: editing another chapter, the runner or a method the builder never imports must not retrain
+    # what the generators chapter cached (the GAN chapters load its generators); editing the trainer it imports
+    # (even through a package __init__) or the chapter itself must.
     import anonpaper.runtime as runtime
 
     package = tmp_path / "anonpaper"
-    for name in ("train/gan.py", "experiments/generators/pipeline.py", "experiments/vascular/pipeline.py",
-                 "runner/execute.py"):
+    sources = {
+        "__init__.py": "",
+        "train/__init__.py": "from anonpaper.train.gan import train\n",
+        "train/gan.py": "x = 1\n",
+        "methods/__init__.py": "",
+        "methods/edit.py": "from anonpaper.train import gan\n",
+        "experiments/__init__.py": "",
+        "experiments/generators/__init__.py": "from .pipeline import run\n",
+        "experiments/generators/pipeline.py": "from anonpaper.train import train\n",
+        "experiments/vascular/__init__.py": "",
+        "experiments/vascular/pipeline.py": "from anonpaper.experiments.generators import run\nfrom ...methods import edit\n",
+        "runner/__init__.py": "from anonpaper.experiments import vascular\n",
+    }
+    for name, text in sources.items():
         (package / name).parent.mkdir(parents=True, exist_ok=True)
-        (package / name).write_text("x = 1\n")
+        (package / name).write_text(text)
     monkeypatch.setattr(runtime, "PACKAGE_DIR", package)
+    assert runtime.import_closure("anonpaper.experiments.vascular.pipeline") == (
+        "anonpaper", "anonpaper.experiments", "anonpaper.experiments.generators",
+        "anonpaper.experiments.generators.pipeline", "anonpaper.experiments.vascular",
+        "anonpaper.experiments.vascular.pipeline", "anonpaper.methods", "anonpaper.methods.edit", "anonpaper.train",
+        "anonpaper.train.gan")
     generators = ArtifactCache("unit", root=tmp_path, owner="anonpaper.experiments.generators.pipeline")
-    segmenters = ArtifactCache("unit", root=tmp_path, owner="anonpaper.train.pretrained")
-    keys = lambda: (generators.key({"a": 1}), segmenters.key({"a": 1}))  # noqa: E731
+    vascular = ArtifactCache("unit", root=tmp_path, owner="anonpaper.experiments.vascular.pipeline")
+    keys = lambda: (generators.key({"a": 1}), vascular.key({"a": 1}))  # noqa: E731
     before = keys()
-    for other in ("experiments/vascular/pipeline.py", "runner/execute.py"):
-        (package / other).write_text("x = 2\n")
-        assert keys() == before, f"editing {other} changed a cache key"
-    (package / "experiments/generators/pipeline.py").write_text("x = 2\n")
-    after_chapter = keys()
-    assert after_chapter[0] != before[0] and after_chapter[1] == before[1]
+    for other in ("methods/edit.py", "runner/__init__.py"):
+        (package / other).write_text("y = 2\n")
+        after = keys()
+        assert after[0] == before[0], f"editing {other} changed the generators' cache key"
+    assert after[1] != before[1], "editing a method the vascular chapter imports must change its key"
     (package / "train/gan.py").write_text("x = 2\n")
-    after_trainer = keys()
-    assert after_trainer[0] != after_chapter[0] and after_trainer[1] != after_chapter[1]
+    assert all(new != old for new, old in zip(keys(), after)), "editing the trainer must change every key"
     assert ArtifactCache("unit", root=tmp_path).source_parts == runtime.LOWER_LAYERS  # opened by a test module
 
 
