@@ -66,13 +66,15 @@ def _planted(works: bool, n: int = 200) -> Outcome:
                  CO_RECON: 0.5, E_RECON: 0.5, BLUR: 0.5, PIXELATE: 0.5}
     rows = [{"attacker": "fixed", "set": REAL, "risk": "real", "f1": 0.9, "accuracy": 0.9, "tar": 0.9,
              "far_as_published": 0.1, "far": 0.05, "auc": 0.95, "tar_image": 0.9, "tar_image_se": 0.02,
-             "stranger_image": np.nan, "stranger_image_se": np.nan, "n": n}]
+             "stranger_image": np.nan, "stranger_image_se": np.nan, "own_closer": np.nan, "own_closer_se": np.nan,
+             "n": n}]
     for name, tar in outer_tar.items():
         for risk, value in (("inner", 0.8 if works else 0.3), ("outer", tar)):
             rows.append({"attacker": "fixed", "set": name, "risk": risk, "f1": value, "accuracy": value, "tar": value,
                          "far_as_published": 1 - value, "far": 0.05, "auc": 0.7, "tar_image": value,
                          "tar_image_se": 0.02, "stranger_image": 0.05 if risk == "outer" else np.nan,
-                         "stranger_image_se": 0.01 if risk == "outer" else np.nan, "n": n})
+                         "stranger_image_se": 0.01 if risk == "outer" else np.nan,
+                         "own_closer": 0.5 + tar / 2 if risk == "outer" else np.nan, "own_closer_se": 0.01, "n": n})
     hidden = {name: 0.95 for name in sets}
     hidden[UT_ONLY] = 0.7 if works else 1.0
     hidden[main] = 1.0 if works else 0.7
@@ -205,6 +207,7 @@ def test_linkability_and_singling_out_on_an_identity_copy_and_a_shuffle():
     assert frame.loc[("copy", "outer"), "tar_image"] == 1.0
     # ... a reversed set (other patients' images) never is, and strangers are accepted instead.
     assert frame.loc[("shuffled", "outer"), "tar_image"] == 0.0 and frame.loc[("shuffled", "outer"), "stranger_image"] > 0
+    assert frame.loc[("copy", "outer"), "own_closer"] == 1.0 and frame.loc[("shuffled", "outer"), "own_closer"] < 0.5
     assert frame.loc[("real", "real"), "tar"] == 1.0 and np.array_equal(per_image["copy/outer"]["tar"], np.ones(12))
     singling = pd.DataFrame(singling_out_rows(_PatientEmbedding(), data, sets, config)).set_index("set")
     assert singling.loc["shuffled", "hidden_rate"] > 0

@@ -105,6 +105,7 @@ def attackers_table(outcome: Outcome) -> pd.DataFrame:
             rows.append({"set": name, "attacker": "fixed" if attacker == "fixed" else "adaptive",
                          "outer TAR": part.loc["outer", "tar_image"], "outer TAR SE": part.loc["outer", "tar_image_se"],
                          "stranger accepted": part.loc["outer", "stranger_image"],
+                         "own closer": part.loc["outer", "own_closer"],
                          "inner TAR": part.loc["inner", "tar_image"], "outer AUC": part.loc["outer", "auc"]})
     return pd.DataFrame(rows).set_index(["set", "attacker"])
 
@@ -137,16 +138,19 @@ def membership_table(outcome: Outcome) -> pd.DataFrame:
 
 
 def margin_table(outcome: Outcome) -> pd.DataFrame:
-    """The margin ablation (privacy against utility over m): E_id's final cosine to the original, the fixed
-    attacker's outer and inner TAR, the hidden rate, the utility AUROC and the PSNR, per margin (loosest first)."""
+    """The margin ablation (privacy against utility over m): E_id's final cosine to the original; for the fixed
+    attacker the share of other patients' anonymisations farther from a real image than its own ("own closer":
+    0.5 = unlinkable, 1 = always linked; threshold-free, so it does not saturate at TAR 0), the outer and inner TAR;
+    the hidden rate, the utility AUROC and the PSNR, per margin (loosest first)."""
     link = outcome.linkability[outcome.linkability["attacker"] == "fixed"].set_index(["set", "risk"])
     singling = outcome.singling_out.set_index("set")
     utility = outcome.utility.set_index("training set")
     rows = []
     for row in outcome.margins.itertuples(index=False):
         rows.append({"m": row.margin, "E_id cosine": row.final_cosine,
+                     "own closer": link.loc[(row.set, "outer"), "own_closer"],
+                     "own closer SE": link.loc[(row.set, "outer"), "own_closer_se"],
                      "outer TAR": link.loc[(row.set, "outer"), "tar_image"],
-                     "outer TAR SE": link.loc[(row.set, "outer"), "tar_image_se"],
                      "inner TAR": link.loc[(row.set, "inner"), "tar_image"],
                      "HR": singling.loc[row.set, "hidden_rate"], "AUROC": utility.loc[row.set, "AUROC"],
                      "AUROC SE": utility.loc[row.set, "AUROC_se"], "PSNR": row.PSNR})
@@ -154,14 +158,16 @@ def margin_table(outcome: Outcome) -> pd.DataFrame:
 
 
 def privacy_utility_points(outcome: Outcome) -> pd.DataFrame:
-    """One point per set for the privacy-utility figure: outer TAR of the fixed attacker (lower = more private)
-    and utility AUROC (higher = more useful), with SEs."""
+    """One point per set for the privacy-utility figure: the fixed attacker's outer linkability ("own closer": share
+    of other patients' anonymisations farther from a real image than its own, 0.5 = unlinkable; and the outer TAR)
+    and the utility AUROC (higher = more useful), with SEs."""
     link = outcome.linkability[(outcome.linkability["attacker"] == "fixed")
                                & (outcome.linkability["risk"] == "outer")].set_index("set")
     utility = outcome.utility.set_index("training set")
     rows = []
     for name in link.index:
-        rows.append({"set": name, "outer TAR": link.loc[name, "tar_image"], "outer TAR SE": link.loc[name, "tar_image_se"],
+        rows.append({"set": name, "own closer": link.loc[name, "own_closer"],
+                     "own closer SE": link.loc[name, "own_closer_se"], "outer TAR": link.loc[name, "tar_image"],
                      "AUROC": utility.loc[name, "AUROC"], "AUROC SE": utility.loc[name, "AUROC_se"]})
     return pd.DataFrame(rows).set_index("set")
 

@@ -33,12 +33,14 @@ class Config(ChapterConfig):
     utility_epochs: int = parameter(15, "Epochs of every finding classifier.")
     lpips_epochs: int = parameter(10, "Epochs of the cohort-trained lung U-Net whose feature taps give the domain "
                                       "LPIPS (loss and metric; the paper: VGG LPIPS).")
-    co_training_kimg: float = parameter(8.0, "Thousands of real images shown to the co-training of E, S and D from "
-                                             "scratch (quick: about 25 CPU-s/kimg at 32 px).")
-    encoder_kimg: float = parameter(4.0, "Thousands of real images shown to E-training (E alone against the "
-                                         "frozen generator).")
+    co_training_kimg: float = parameter(4.0, "Thousands of real images shown to the co-training of E, S and D from "
+                                             "scratch (quick: about 60 CPU-s/kimg at 32 px on a shared 2-core "
+                                             "machine).")
+    encoder_kimg: float = parameter(2.0, "Thousands of real images shown to E-training (E alone against the "
+                                         "frozen generator; about 25 CPU-s/kimg at 32 px).")
     projection_batch_size: int = parameter(8, "Images per projection-training step (multiple of 4).")
-    steps: int = parameter(40, "Adam steps of the latent optimisation per image (the paper: 1000).")
+    steps: int = parameter(25, "Adam steps of the latent optimisation per image (the paper: 1000; quick: about "
+                               "3-8 CPU-ms per image and step at 32 px).")
     learning_rate: float = parameter(0.01, "Adam learning rate of the latent optimisation (the paper: 0.01, "
                                            "betas (0, 0.99)).")
     margin: float = parameter(-0.7, "Identity margin m of L_id = max(0, cos - m) of the main setting (the "
@@ -46,7 +48,7 @@ class Config(ChapterConfig):
     margins: tuple = parameter((0.0, -0.5, -0.7), "Margins of the ablation, from loosest to strictest (the "
                                                   "paper: 0, -0.5, -0.7).")
     anonymise_batch_size: int = parameter(64, "Images optimised together (the result does not depend on it).")
-    attacker_epochs: int = parameter(10, "Epochs of the membership-inference attacker.")
+    attacker_epochs: int = parameter(30, "Epochs of the membership-inference attacker.")
     utility_drop_max: float = parameter(0.05, "Largest macro-AUROC drop (real -> anonymised training set) for "
                                               "which the utility claim holds (the paper: 0.774 -> 0.737).")
     min_test_images: int = parameter(80, "Smallest test set (images) on which a claim is decided.")

@@ -31,22 +31,23 @@ def plot_examples(outcome: Outcome) -> plt.Figure:
 
 
 def plot_privacy_utility(outcome: Outcome) -> plt.Figure:
-    """Outer linkability (fixed attacker's TAR on a real image and its own anonymisation; lower = more private)
-    against utility (macro AUROC of a classifier trained on the set; higher = more useful), error bars of two
+    """Outer linkability (fixed attacker: share of other patients' anonymisations farther from a real image than
+    its own; 0.5 = unlinkable, 1 = always linked) against utility (macro AUROC of a classifier trained on the set; higher = more useful), error bars of two
     patient-bootstrap SEs; the margins of the ablation are joined by a line."""
     points = privacy_utility_points(outcome)
     figure, axis = plt.subplots(figsize=(6.5, 4.5))
     margins = [name for name in points.index if name.startswith("L_id + L_ut")]
     line = points.loc[margins]
-    axis.plot(line["outer TAR"], line["AUROC"], "-", color="tab:blue", alpha=0.5)
+    axis.plot(line["own closer"], line["AUROC"], "-", color="tab:blue", alpha=0.5)
     for name, row in points.iterrows():
         color = "tab:blue" if name in margins else ("tab:gray" if name in (BLUR, PIXELATE) else "tab:orange")
-        axis.errorbar(row["outer TAR"], row["AUROC"], xerr=2 * row["outer TAR SE"], yerr=2 * row["AUROC SE"],
+        axis.errorbar(row["own closer"], row["AUROC"], xerr=2 * row["own closer SE"], yerr=2 * row["AUROC SE"],
                       fmt="o", color=color, capsize=2)
-        axis.annotate(name, (row["outer TAR"], row["AUROC"]), fontsize=7, xytext=(4, 3), textcoords="offset points")
+        axis.annotate(name, (row["own closer"], row["AUROC"]), fontsize=7, xytext=(4, 3), textcoords="offset points")
     real = outcome.utility.set_index("training set").loc[REAL, "AUROC"]
     axis.axhline(real, color="tab:green", linestyle="--", linewidth=1, label="trained on real images")
-    axis.set_xlabel("outer TAR (fixed attacker; lower = more private)")
+    axis.axvline(0.5, color="gray", linestyle=":", linewidth=1)
+    axis.set_xlabel("outer linkability: own anonymisation closer than a stranger's (0.5 = unlinkable)")
     axis.set_ylabel("utility: macro AUROC on real test images")
     axis.legend(fontsize=8, loc="lower right")
     figure.tight_layout()

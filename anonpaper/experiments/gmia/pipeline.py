@@ -557,7 +557,9 @@ def linkability_rows(attacker: torch.nn.Module, threshold: float, data: GMIAData
     TAR, ``far_as_published`` = 1 - TAR, the authors' "FAR") from the positive-only protocol, the true FAR and AUC
     with the negative pairs added, and per-image means with patient-bootstrap SEs: ``tar_image`` (outer: own
     anonymisation accepted; inner/real: share of the same patient's other images accepted), ``stranger_image``
-    (outer: share of other patients' anonymisations accepted). Also returns per-image arrays for the claims.
+    (outer: share of other patients' anonymisations accepted), ``own_closer`` (outer, threshold-free: share of
+    other patients' anonymisations farther from the real image than its own; 0.5 = unlinkable, 1 = always
+    linked). Also returns per-image arrays for the claims.
     """
     real, patients = embed(attacker, data.images["test"]), data.patients["test"]
     same = patients[:, None] == patients[None, :]
@@ -572,7 +574,8 @@ def linkability_rows(attacker: torch.nn.Module, threshold: float, data: GMIAData
         tar, tar_se = _mean_se(share, patients, config, f"link-{attacker_name}-{name}-{risk}")
         rows.append({"attacker": attacker_name, "set": name, "risk": risk, **linkability_as_published(report),
                      "auc": report["auc"], "tar_image": tar, "tar_image_se": tar_se, "stranger_image": np.nan,
-                     "stranger_image_se": np.nan, "n": len(patients)})
+                     "stranger_image_se": np.nan, "own_closer": np.nan, "own_closer_se": np.nan,
+                     "n": len(patients)})
         per_image[f"{name}/{risk}"] = {"tar": share}
 
     inner_row(real, REAL, "real")
@@ -583,14 +586,20 @@ def linkability_rows(attacker: torch.nn.Module, threshold: float, data: GMIAData
         inner_row(anonymised, name, "inner")
         published = outer_risk(real, anonymised, threshold)
         full = outer_risk(real, anonymised, threshold, patient_ids=patients)
-        accepted = cross_pair_scores(real, anonymised) <= threshold
+        scores = cross_pair_scores(real, anonymised)
+        accepted = scores <= threshold
         own = np.diag(accepted).astype(float)
         stranger = np.array([accepted[i, different[i]].mean() for i in range(len(patients))])
+        # Threshold-free: the share of other patients' anonymisations farther from the real image than its own
+        # (ties count half); 0.5 = the attacker cannot tell its own anonymisation from a stranger's.
+        closer = np.array([np.mean((scores[i, i] < scores[i, different[i]])
+                                   + 0.5 * (scores[i, i] == scores[i, different[i]])) for i in range(len(patients))])
         tar, tar_se = _mean_se(own, patients, config, f"outer-{attacker_name}-{name}")
         stranger_mean, stranger_se = _mean_se(stranger, patients, config, f"stranger-{attacker_name}-{name}")
+        rank, rank_se = _mean_se(closer, patients, config, f"rank-{attacker_name}-{name}")
         row = {"attacker": attacker_name, "set": name, "risk": "outer", **linkability_as_published(published),
                "auc": full["auc"], "tar_image": tar, "tar_image_se": tar_se, "stranger_image": stranger_mean,
-               "stranger_image_se": stranger_se, "n": len(patients)}
+               "stranger_image_se": stranger_se, "own_closer": rank, "own_closer_se": rank_se, "n": len(patients)}
         row["far"] = full["far"]  # the true FAR needs the negative pairs
         rows.append(row)
         per_image[f"{name}/outer"] = {"tar": own, "stranger": stranger}
