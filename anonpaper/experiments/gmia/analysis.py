@@ -183,7 +183,24 @@ def budget_table(outcome: Outcome) -> pd.DataFrame:
                         ).set_index("stage")
 
 
-__all__ = ["PAPER_MIA", "PAPER_TABLE1", "PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PIXELATE",
+def not_reproduced(outcome: Outcome, claims) -> list[str]:
+    """Markdown lines, computed from the run, naming what did not reproduce: every claim that does not hold or is
+    undecided (with the paper's and our numbers), and every Table 1 number of ours on the wrong side of the
+    paper's (absolute fidelity: PSNR, SSIM, IW-SSIM below, or LPIPS above, the paper's value; our LPIPS is a domain
+    LPIPS, so that comparison is indicative only)."""
+    lines = [f"- **{claim.id}** ({claim.verdict}): {claim.statement}. Paper {claim.paper}; ours {claim.ours}."
+             for claim in claims if claim.verdict != "holds"]
+    first = table1(outcome)
+    for scheme, row in first.iterrows():
+        worse = [f"{metric} {row[metric]:.3f} (paper {row[f'{metric} paper']:.3f})" for metric in QUALITY_METRICS
+                 if (row[metric] > row[f"{metric} paper"] if metric.startswith("LPIPS") else
+                     row[metric] < row[f"{metric} paper"])]
+        if worse:
+            lines.append(f"- **Table 1, {scheme}**: reconstruction fidelity below the paper's: " + ", ".join(worse) + ".")
+    return lines
+
+
+__all__ = ["not_reproduced", "PAPER_MIA", "PAPER_TABLE1", "PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PIXELATE",
            "attackers_table", "budget_table", "linkability_table", "margin_table", "membership_table",
            "privacy_utility_points", "quality_table", "singling_out_table", "table1", "training_table",
            "utility_table"]
