@@ -40,10 +40,11 @@ class Config(ChapterConfig):
                                           "LPIPS, vessel masks, RROI, the exudate label of AMS).")
     segmenter_min_dice: float = parameter(0.5, "Below this validation Dice the vessel U-Net is not trusted and the "
                                                "claims that rest on it are undecided.")
-    keypoint_epochs: int = parameter(10, "Epochs of the keypoint detector that stands in for SuperRetina (FS_SR).")
+    keypoint_epochs: int = parameter(5, "Epochs of the keypoint detector that stands in for SuperRetina (FS_SR; "
+                                        "about 40 CPU-s an epoch on the quick cohort).")
     attacker_backbone: str = parameter("small_cnn", "Backbone of the re-identification attacker (an ArcFace "
                                                     "embedding trained on the phantom's patients).")
-    attacker_epochs: int = parameter(15, "Epochs of the re-identification attacker.")
+    attacker_epochs: int = parameter(30, "Epochs of the re-identification attacker.")
     min_vessel_ratio: float = parameter(0.25, "Instrument check: the vessel fraction the segmenter finds in "
                                               "generated images must lie within this share of the real images' one "
                                               "and its inverse, otherwise the Jacobian scores are scores of noise.")

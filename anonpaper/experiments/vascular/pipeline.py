@@ -24,6 +24,7 @@ pixels is).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -278,7 +279,7 @@ def vessel_check(instruments: Instruments, generated: torch.Tensor, real: torch.
 # ---------------------------------------------------------------------------------------------------------------
 def sample_codes(generator: StyleGenerator, count: int, seed: int) -> tuple[torch.Tensor, StyleCodes]:
     """``count`` latents mapped to ``(ws (N, num_ws, w_dim), S codes)`` from seeded z (truncation 1)."""
-    z = torch.randn(count, generator.z_dim, generator=torch.Generator().manual_seed(seed))
+    z = torch.randn(count, generator.z_dim, generator=torch.Generator().manual_seed(seed)).to(generator.w_avg.device)
     with torch.no_grad():
         ws = generator.mapping(z)
         return ws, generator.styles(ws).detach()
@@ -286,16 +287,16 @@ def sample_codes(generator: StyleGenerator, count: int, seed: int) -> tuple[torc
 
 @torch.no_grad()
 def render(generator: StyleGenerator, codes: StyleCodes, batch_size: int = 64) -> torch.Tensor:
-    """Images ``(N, C, R, R)`` in [0, 1] of S codes."""
-    parts = [generator.synthesis_from_styles(codes.select(slice(i, i + batch_size)))
+    """Images ``(N, C, R, R)`` in [0, 1] of S codes, on the CPU (where every instrument runs)."""
+    parts = [generator.synthesis_from_styles(codes.select(slice(i, i + batch_size))).cpu()
              for i in range(0, codes.batch_size, batch_size)]
     return to_unit_range(torch.cat(parts)).clamp(0, 1)
 
 
 @torch.no_grad()
 def render_ws(generator: StyleGenerator, ws: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
-    """Images ``(N, C, R, R)`` in [0, 1] of ws."""
-    parts = [generator.synthesis(ws[i:i + batch_size]) for i in range(0, len(ws), batch_size)]
+    """Images ``(N, C, R, R)`` in [0, 1] of ws, on the CPU."""
+    parts = [generator.synthesis(ws[i:i + batch_size]).cpu() for i in range(0, len(ws), batch_size)]
     return to_unit_range(torch.cat(parts)).clamp(0, 1)
 
 
@@ -344,7 +345,7 @@ def gradient_maps(generator: StyleGenerator, codes: StyleCodes, index: int) -> t
         styles[layer] = layer_styles
         return generator.synthesis_from_styles(StyleCodes(styles, base.input_transform))
 
-    return jvp_columns(draw, base.styles[layer], [channel])[0].abs().sum(1)
+    return jvp_columns(draw, base.styles[layer], [channel])[0].abs().sum(1).cpu()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -507,7 +508,7 @@ def edit_methods(generator: StyleGenerator, edit_set: EditSet, top: list[int], s
                                             "error": f"step not matched ({error})"}
                 continue
             full, direction = _coordinates(generator, edit_set, method, baselines, std)
-            images = to_unit_range(full.edit(direction, step)).clamp(0, 1)
+            images = to_unit_range(full.edit(direction, step)).clamp(0, 1).cpu()
             results[(method, alpha)] = {"images": images, "step": step, "error": "",
                                         "change": float((images - edit_set.originals).abs().mean())}
     return results
@@ -650,16 +651,25 @@ def real_queries(generator_config: GeneratorsConfig, count: int, seed: int) -> t
     return images[rows], rows, images.numpy(), patients
 
 
-def project_real(generator: StyleGenerator, targets: torch.Tensor, steps: int, seed: int) -> tuple[torch.Tensor,
-                                                                                                    StyleCodes,
-                                                                                                    torch.Tensor]:
-    """Invert real images into W+ (StyleGAN2-ADA projector recipe) and map them to S.
+def project_real(generator: StyleGenerator, targets: torch.Tensor, steps: int, seed: int,
+                 batch_size: int = 16) -> tuple[torch.Tensor, StyleCodes, torch.Tensor]:
+    """Invert real images into W+ (StyleGAN2-ADA projector recipe; images are independent, so they are projected
+    ``batch_size`` at a time to bound memory) and map them to S.
 
     Returns:
-        ``(ws (N, num_ws, w_dim), S codes, reconstructions (N, C, R, R) in [0, 1])``.
+        ``(ws (N, num_ws, w_dim) and S codes on the generator's device, reconstructions (N, C, R, R) in [0, 1] on
+        the CPU)``.
     """
-    result = project(generator, targets * 2 - 1, space="w+", num_steps=steps, w_avg_samples=2000, seed=seed)
-    return result.ws.detach(), result.codes.detach(), to_unit_range(result.reconstruction).clamp(0, 1)
+    from anonpaper.models.stylegan import concatenate_codes
+
+    ws, codes, images = [], [], []
+    for start in range(0, len(targets), batch_size):
+        result = project(generator, targets[start:start + batch_size] * 2 - 1, space="w+", num_steps=steps,
+                         w_avg_samples=2000, seed=seed)
+        ws.append(result.ws.detach())
+        codes.append(result.codes.detach())
+        images.append(to_unit_range(result.reconstruction).clamp(0, 1).cpu())
+    return torch.cat(ws), concatenate_codes(codes), torch.cat(images)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -673,13 +683,16 @@ def ablation_loss(instruments: Instruments, parts: tuple[str, ...]) -> Callable 
         return None
     networks = []
     for part in parts:
-        network = instruments.vessel if part == "vessel" else instruments.exudate
+        # A frozen copy: the U-Nets are fixed instruments (only G learns) and may move to the training device.
+        network = copy.deepcopy(instruments.vessel if part == "vessel" else instruments.exudate).eval()
         for parameter in network.parameters():
-            parameter.requires_grad_(False)  # the U-Nets are fixed instruments; only G learns
+            parameter.requires_grad_(False)
         networks.append(network)
     size = instruments.cohort_size
 
     def loss(context) -> tuple[torch.Tensor, dict]:
+        for network in networks:
+            network.to(context.fake_images.device)
         fake = F.interpolate((context.fake_images + 1) / 2, size=size, mode="bilinear", align_corners=False)
         real = F.interpolate((context.real_images + 1) / 2, size=size, mode="bilinear", align_corners=False)
         terms = {part: feature_tap_distance(fake.clamp(0, 1), real.clamp(0, 1), network.forward_features)
@@ -829,7 +842,8 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
         tick = now
 
     trained, note = load_fundus_generator(generator_config, progress)
-    generator = trained.generator.eval()
+    device = torch.device(config.device) if config.device else get_device()
+    generator = trained.generator.to(device).eval()
     for parameter in generator.parameters():
         parameter.requires_grad_(False)
     layout = generator.style_layout
