@@ -320,10 +320,20 @@ def test_publish_then_read_the_results_book(fixture_project, fake_jupyter_book):
 
     registry = load_registry(fixture_project)
     runs = fixture_project / "runs" / "smoke"
-    _fake_run(runs, "fixture_a", "2026-11-23T10:00:00+00:00")
-    with pytest.raises(ValueError, match=r"fixture_b.*nothing was published"):
+    with pytest.raises(ValueError, match=r"nothing was published"):
         publish_results(registry, "smoke", log=_quiet)
     assert not (fixture_project / "results").exists()
+    # A chapter without a run (a new chapter lands before its results) is left out with a warning, and the
+    # results book gives it a page that says so.
+    _fake_run(runs, "fixture_a", "2026-11-23T10:00:00+00:00")
+    messages = []
+    target = publish_results(registry, "smoke", log=messages.append)
+    assert sorted(path.name for path in target.iterdir()) == ["fixture_a.ipynb", "fixture_a.json"]
+    assert any("no successful run of fixture_b" in message for message in messages)
+    assert build_results_book(registry, "smoke", log=_quiet) == 0
+    placeholder = fixture_project / "runs" / "results-smoke" / "book_src" / "chapters" / "fixture_b.ipynb"
+    assert "No executed run of `fixture_b` at profile `smoke`" in placeholder.read_text()
+    assert "fixture_b" not in (placeholder.parents[1] / "claims_ledger.md").read_text()
     _fake_run(runs, "fixture_b", "2026-11-23T10:30:00+00:00", git="0123456789abcdef-dirty")
     messages = []
     target = publish_results(registry, "smoke", log=messages.append)

@@ -267,9 +267,26 @@ def _read_optional(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def missing_chapter_notebook(title: str, name: str, profile: str, folder: str) -> dict[str, Any]:
+    """The page of a chapter that has no successful run in the book's source folder: its title, and how to run it.
+
+    Example:
+        >>> page = missing_chapter_notebook("k-SALSA", "05_k_salsa", "quick", "quick")
+        >>> page["cells"][0]["source"].splitlines()[0]
+        '# k-SALSA'
+    """
+    text = (f"# {title}\n\n**No executed run of `{name}` at profile `{profile}` is in `{folder}/` yet**, so this "
+            f"page has no results and the claims ledger has no entry for it. Run it with "
+            f"`anonpaper run {name} --profile {profile}` (or `anonpaper reproduce --profile {profile}`), then "
+            f"rebuild the book.\n")
+    return {"cells": [{"cell_type": "markdown", "id": f"missing-{name}"[:64], "metadata": {}, "source": text}],
+            "metadata": {},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
 def build_book(registry: Registry, profile: str, runs_dir: Path | None = None,
                log: Callable[[str], None] = print, source_dir: Path | None = None,
-               build_root: Path | None = None) -> int:
+               build_root: Path | None = None, missing_ok: bool = False) -> int:
     """Stage the book for ``profile`` and build it strictly; returns a process exit code.
 
     Args:
@@ -280,6 +297,8 @@ def build_book(registry: Registry, profile: str, runs_dir: Path | None = None,
         source_dir: The folder holding the executed notebooks and records (default ``runs_dir/<profile>``;
             ``results/<profile>`` for the committed results).
         build_root: Where ``book_src/`` and ``book/_build/html`` go (default: ``source_dir``).
+        missing_ok: Give a chapter without a successful run a page that says so (and how to make one) instead of
+            refusing; the committed results book uses this, since a new chapter lands before its results.
 
     Raises:
         ValueError: Unknown profile, a chapter that is not a registered study, or a chapter without a
@@ -306,9 +325,11 @@ def build_book(registry: Registry, profile: str, runs_dir: Path | None = None,
             log(f"WARNING: the last run of {study.name} at profile {profile!r} failed "
                 f"({output_dir / (study.name + '.failed.json')}); the book shows its last successful run "
                 f"(started {record.get('started')})")
-    if missing:
+    if missing and not missing_ok:
         raise ValueError(f"no successful run at profile {profile!r} for {missing} in {output_dir}; run "
                          f"`anonpaper reproduce --profile {profile}` first")
+    for name in missing:
+        log(f"WARNING: no successful run of {name} at profile {profile!r} in {output_dir}; its page says so")
 
     current_hash = package_source_hash()
     source = build_root / "book_src"
@@ -317,6 +338,10 @@ def build_book(registry: Registry, profile: str, runs_dir: Path | None = None,
     shutil.copytree(book_dir, source, ignore=shutil.ignore_patterns("_build", ".ipynb_checkpoints"))
     (source / "chapters").mkdir(exist_ok=True)
     for name in chapters:
+        if name not in records:
+            (source / "chapters" / f"{name}.ipynb").write_text(json.dumps(
+                missing_chapter_notebook(registry.studies[name].title, name, profile, output_dir.name), indent=1))
+            continue
         record = records[name]
         lines = [chapter_banner(record)] + chapter_notes(
             record, failed.get(name), current_hash, failed_path=f"{output_dir.name}/{name}.failed.ipynb")
@@ -324,7 +349,7 @@ def build_book(registry: Registry, profile: str, runs_dir: Path | None = None,
             log(f"note: {name}'s results come from older package code than this checkout; the chapter says so")
         notebook = annotate_chapter(json.loads((output_dir / f"{name}.ipynb").read_text()), lines)
         (source / "chapters" / f"{name}.ipynb").write_text(json.dumps(notebook, indent=1))
-    ordered = [records[study.name] for study in registry.ordered()]
+    ordered = [records[study.name] for study in registry.ordered() if study.name in records]
     try:
         shown = output_dir.resolve().relative_to(registry.root.resolve())
     except ValueError:
@@ -352,7 +377,7 @@ def results_dir(registry: Registry, profile: str) -> Path:
 def build_results_book(registry: Registry, profile: str, log: Callable[[str], None] = print) -> int:
     """Build the book from the committed ``results/<profile>/`` (no rerun) into ``runs/results-<profile>/``."""
     return build_book(registry, profile, log=log, source_dir=results_dir(registry, profile),
-                      build_root=registry.root / "runs" / f"{RESULTS_DIR}-{profile}")
+                      build_root=registry.root / "runs" / f"{RESULTS_DIR}-{profile}", missing_ok=True)
 
 
 def publish_results(registry: Registry, profile: str, runs_dir: Path | None = None,
@@ -362,13 +387,14 @@ def publish_results(registry: Registry, profile: str, runs_dir: Path | None = No
     Each copied record gains ``published`` (the commit of the checkout that published it, the time, where it
     came from) and names its notebook relative to the results folder; the record's own
     ``environment.git_sha`` is the commit it ran at. Warns when a run is from uncommitted code or from another
-    commit than the current one.
+    commit than the current one. A study without a successful run is left as it is in ``results/<profile>/``
+    (its earlier published run, or nothing: the results book then gives it a page that says so), with a warning.
 
     Returns:
         The results folder.
 
     Raises:
-        ValueError: Unknown profile, or a study without a successful run at this profile (nothing is copied).
+        ValueError: Unknown profile, or no study with a successful run at this profile (nothing is copied).
     """
     registry.check_profile(profile)
     source = registry.runs_dir(profile, runs_dir)
@@ -380,9 +406,13 @@ def publish_results(registry: Registry, profile: str, runs_dir: Path | None = No
         else:
             records[study.name] = record
     missing = [name for name, record in records.items() if record is None]
-    if missing:
-        raise ValueError(f"no successful run at profile {profile!r} for {missing} in {source}; run "
+    if len(missing) == len(records):
+        raise ValueError(f"no successful run at profile {profile!r} in {source}; run "
                          f"`anonpaper reproduce --profile {profile}` first (nothing was published)")
+    for name in missing:
+        log(f"WARNING: no successful run of {name} in {source}: not published (results/{profile}/ keeps what it "
+            f"had for it)")
+    records = {name: record for name, record in records.items() if record is not None}
     target = results_dir(registry, profile)
     target.mkdir(parents=True, exist_ok=True)
     head = git_sha()
