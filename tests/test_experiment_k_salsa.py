@@ -63,7 +63,7 @@ def planted(*, fd_gap=1.0, fd_gap_se=0.1, membership=(0.9, 0.7, 0.5, 0.3), pixel
                                                                                       else 0.0),
                 "fd_se": 0.1, "kid": 0.01, "kid_std": 0.001, "accuracy": 0.5, "accuracy_se": 0.02,
                 "qwk": {"k-SALSA": qwk, "centroid": centroid_qwk, "k-same pixel": qwk}[method][index], "qwk_se": qwk_se,
-                "n_test": n_test, "predicted_classes": 5,
+                "qwk_seed_sd": 0.0, "n_test": n_test, "predicted_classes": 5,
                 "membership_precision": (pixel_membership if method == "k-same pixel" else membership)[index] + chance,
                 "membership_se": membership_se, "membership_chance": chance, "pool": pool, "held_out_clusters": 10,
                 "reid_precision": chance, "reid_se": 0.01, "reid_chance": chance})
@@ -129,13 +129,22 @@ def test_tables_have_one_row_per_k_and_method():
     outcome = planted()
     assert len(chapter.privacy_table(outcome)) == len(KS) * len(chapter.METHODS)
     utility = chapter.utility_table(outcome.__class__(**{**outcome.__dict__, "reference": {
-        **outcome.reference, "n_test": 100, "predicted_classes": 5}}))
+        **outcome.reference, "n_test": 100, "predicted_classes": 5, "qwk_seed_sd": 0.0}}))
     assert utility["method"].iloc[0] == "real (private images)" and len(utility) == 1 + len(KS) * 3
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Pipeline pieces on tiny inputs
 # ---------------------------------------------------------------------------------------------------------------
+def test_utility_over_seeds_adds_the_seed_spread_to_the_bootstrap_error():
+    same = pipeline.over_seeds([{"accuracy": 0.5, "accuracy_se": 0.02, "qwk": 0.3, "qwk_se": 0.05, "n_test": 10,
+                                 "predicted_classes": 4}] * 3)
+    assert same["qwk"] == pytest.approx(0.3) and same["qwk_se"] == pytest.approx(0.05) and same["seeds"] == 3
+    spread = pipeline.over_seeds([{"accuracy": 0.5, "accuracy_se": 0.02, "qwk": value, "qwk_se": 0.05, "n_test": 10,
+                                   "predicted_classes": 4} for value in (0.1, 0.3, 0.5)])
+    assert spread["qwk_se"] == pytest.approx(np.sqrt(0.05**2 + 0.2**2 / 3))
+
+
 def test_majority_grade_and_cluster_summary():
     labels = np.array([0, 0, 0, 1, 1, 1, 1])
     assert pipeline.majority_grades(labels, np.array([3, 3, 1, 0, 2, 2, 0])).tolist() == [3, 0]  # tie -> lower

@@ -39,16 +39,18 @@ def fidelity_table(outcome: Outcome) -> pd.DataFrame:
 
 
 def utility_table(outcome: Outcome) -> pd.DataFrame:
-    """DR grading of the real test images by classifiers trained on each release (and on the private reals)."""
+    """DR grading of the real test images by classifiers trained on each release (and on the private reals): means
+    over the classifier seeds, SEs with the seed spread, and the spread itself (``QWK_seed_sd``)."""
     reference = outcome.reference
     rows = [{"k": 1, "method": "real (private images)", "training_images": outcome.inversion["images"],
              "accuracy": reference["accuracy"], "accuracy_se": reference["accuracy_se"], "QWK": reference["qwk"],
-             "QWK_se": reference["qwk_se"], "predicted_classes": reference["predicted_classes"],
-             "n_test": reference["n_test"]}]
+             "QWK_se": reference["qwk_se"], "QWK_seed_sd": reference["qwk_seed_sd"],
+             "predicted_classes": reference["predicted_classes"], "n_test": reference["n_test"]}]
     for row in outcome.results[outcome.results["method"].isin(METHODS)].itertuples():
         rows.append({"k": row.k, "method": row.method, "training_images": row.n_synthetic, "accuracy": row.accuracy,
                      "accuracy_se": row.accuracy_se, "QWK": row.qwk, "QWK_se": row.qwk_se,
-                     "predicted_classes": row.predicted_classes, "n_test": row.n_test})
+                     "QWK_seed_sd": row.qwk_seed_sd, "predicted_classes": row.predicted_classes,
+                     "n_test": row.n_test})
     return pd.DataFrame(rows)
 
 

@@ -38,6 +38,9 @@ class Config(ChapterConfig):
                                                       "(the paper: a ResNet-50).")
     classifier_epochs: int = parameter(30, "Epochs of each DR classifier (selected on its own training set: the "
                                            "recipient of the synthetic data has no real images).")
+    classifier_seeds: int = parameter(3, "DR classifiers trained per release with different seeds; utility is their "
+                                         "mean, and its SE includes their spread (a few dozen training images make "
+                                         "one classifier's score depend on its seed).")
     attacker_epochs: int = parameter(15, "Epochs of each membership-inference pair classifier.")
     attacker_test_fraction: float = parameter(0.4, "Share of the clusters held out for scoring the membership attack "
                                                    "(the rest train and validate the attacker).")
@@ -73,6 +76,8 @@ class Config(ChapterConfig):
              f"CLASSIFIER_BACKBONE must be one of {BACKBONES}, got {self.classifier_backbone!r}"),
             (isinstance(self.classifier_epochs, int) and self.classifier_epochs >= 1,
              f"CLASSIFIER_EPOCHS must be a positive integer, got {self.classifier_epochs!r}"),
+            (isinstance(self.classifier_seeds, int) and self.classifier_seeds >= 1,
+             f"CLASSIFIER_SEEDS must be a positive integer, got {self.classifier_seeds!r}"),
             (isinstance(self.attacker_epochs, int) and self.attacker_epochs >= 1,
              f"ATTACKER_EPOCHS must be a positive integer, got {self.attacker_epochs!r}"),
             (0.1 <= self.attacker_test_fraction <= 0.8,

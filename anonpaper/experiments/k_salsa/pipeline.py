@@ -18,9 +18,10 @@ one synthetic image per cluster by three methods -> fidelity, utility and privac
      the private images (pooled U-Net encoder features, as the generators chapter), with bootstrap SEs over the
      synthetic images and a paired bootstrap of the centroid - aligned difference; a random set of as many real
      test images gives the small-set reference;
-   - utility (:func:`utility`): a DR classifier (5 ICDR grades) trained on the synthetic images labelled with their
-     cluster's majority grade, tested on the real test images (accuracy, quadratic weighted kappa, patient-bootstrap
-     SEs); the same classifier trained on the private real images is the reference;
+   - utility (:func:`release_utility`): DR classifiers (5 ICDR grades, ``classifier_seeds`` training seeds) trained
+     on the synthetic images labelled with their cluster's majority grade, tested on the real test images (accuracy,
+     quadratic weighted kappa; SEs from a test-patient bootstrap plus the spread between seeds); the same classifiers
+     trained on the private real images are the reference;
    - privacy (:func:`membership_attack`, :func:`reidentification`): the clusters are split into attacker-train,
      attacker-validation and held-out clusters; a pair classifier on [synthetic, candidate] trained on the known
      clusters scores every (held-out synthetic, held-out candidate) pair, and top-k precision is compared with
@@ -343,6 +344,39 @@ def utility(model, data: PrivateData, config: Config, tag: str) -> dict[str, flo
             "n_test": int(len(truth)), "predicted_classes": int(len(np.unique(prediction)))}
 
 
+def over_seeds(scores: list[dict[str, float]]) -> dict[str, float]:
+    """Utility of one release over classifiers trained with different seeds: the mean of each score, and an SE that
+    adds the spread between seeds (training randomness, large for a few dozen training images) to the test-patient
+    bootstrap SE: ``sqrt(mean(se_boot^2) + var(seeds) / seeds)``.
+
+    >>> row = over_seeds([{"accuracy": 0.5, "accuracy_se": 0.03, "qwk": 0.4, "qwk_se": 0.04, "n_test": 9,
+    ...                    "predicted_classes": 3},
+    ...                   {"accuracy": 0.7, "accuracy_se": 0.03, "qwk": 0.6, "qwk_se": 0.04, "n_test": 9,
+    ...                    "predicted_classes": 4}])
+    >>> round(row["qwk"], 3), round(row["qwk_se"], 3), round(row["qwk_seed_sd"], 3), row["seeds"]
+    (0.5, 0.108, 0.141, 2)
+    """
+    count = len(scores)
+    row: dict[str, float] = {"n_test": scores[0]["n_test"], "seeds": count,
+                             "predicted_classes": int(np.median([score["predicted_classes"] for score in scores]))}
+    for name in ("accuracy", "qwk"):
+        values = np.array([score[name] for score in scores], dtype=np.float64)
+        errors = np.array([score[f"{name}_se"] for score in scores], dtype=np.float64)
+        spread = float(values.std(ddof=1)) if count > 1 else 0.0
+        row[name] = float(values.mean())
+        row[f"{name}_se"] = float(np.sqrt(np.mean(errors**2) + spread**2 / count))
+        row[f"{name}_seed_sd"] = spread
+    return row
+
+
+def release_utility(images: torch.Tensor, grades: np.ndarray, data: PrivateData, config: Config, tag: str,
+                    device=None) -> dict[str, float]:
+    """:func:`utility` of ``config.classifier_seeds`` DR classifiers trained on one release, combined by
+    :func:`over_seeds`."""
+    return over_seeds([utility(train_dr_classifier(images, grades, config, f"{tag}-seed{index}", device), data,
+                               config, f"{tag}-seed{index}") for index in range(config.classifier_seeds)])
+
+
 def attack_split(clusters: int, config: Config, k: int) -> dict[str, np.ndarray]:
     """Cluster ids of the attacker's train, validation and held-out ("test") clusters (seeded; disjoint; each
     non-empty).
@@ -424,7 +458,8 @@ class Outcome:
         clusters: One row per k (:func:`cluster_summary`).
         results: One row per (k, method) (methods: :data:`METHODS`, plus ``"real test"`` rows with only FD / KID):
             ``n_synthetic``, ``fd``, ``fd_se``, ``kid``, ``kid_std``, ``accuracy``, ``accuracy_se``, ``qwk``,
-            ``qwk_se``, ``n_test``, ``membership_precision``, ``membership_se``, ``membership_chance``, ``pool``,
+            ``qwk_se`` (mean over classifier seeds; SE with the seed spread, :func:`over_seeds`), ``n_test``,
+            ``membership_precision``, ``membership_se``, ``membership_chance``, ``pool``,
             ``held_out_clusters``, ``reid_precision``, ``reid_se``, ``reid_chance``, ``seconds``.
         fd_differences: k -> ``{"difference": FD(centroid) - FD(k-SALSA), "difference_se"}``.
         reference: The DR classifier trained on the private real images (utility row) and the majority rate.
@@ -496,8 +531,7 @@ def run(config: Config, generator_config: GeneratorsConfig, progress: bool = Fal
     tick = time.perf_counter()
     real_features = features(network, data.private, data.cohort_size)
     private_bank = sift_bank(data.private, data.cohort_size)
-    reference_model = train_dr_classifier(data.private, data.private_grades, config, "real", device)
-    reference = utility(reference_model, data, config, "real")
+    reference = release_utility(data.private, data.private_grades, data, config, "real", device)
     reference["majority_rate"] = float(np.bincount(data.test_grades, minlength=NUM_GRADES).max()
                                        / len(data.test_grades))
     stage("reference DR classifier", tick)
@@ -521,9 +555,8 @@ def run(config: Config, generator_config: GeneratorsConfig, progress: bool = Fal
         split = attack_split(size, config, k)
         for method, images in release.images.items():
             tag = f"{method}-{k}"
-            model = train_dr_classifier(images, release.grades, config, tag, device)
             row = {"k": k, "method": method, "n_synthetic": size, **fid_rows[method],
-                   **utility(model, data, config, tag),
+                   **release_utility(images, release.grades, data, config, tag, device),
                    **membership_attack(images, data, release.labels, split, k, config, tag, device),
                    **reidentification(sift_bank(images, data.cohort_size), private_bank, release.labels, split, k),
                    "seconds": release.seconds[method]}
