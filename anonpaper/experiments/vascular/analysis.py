@@ -128,6 +128,9 @@ def table3(outcome: Outcome) -> pd.DataFrame:
     rows = []
     for row in outcome.ablation.to_dict("records"):
         entry = {"variant": row["variant"], "kimg": row["kimg"]}
+        if "fd_attacker" in row:
+            entry["FD (attacker embedding)"] = row["fd_attacker"]
+            entry["FD (attacker embedding) SE"] = row["fd_attacker_se"]
         for position, metric in enumerate(TABLE3_METRICS):
             name = "FD (vessel U-Net)" if metric == "fd" else PAPER_NAMES[metric]
             entry[name] = row[metric]

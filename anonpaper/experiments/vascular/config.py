@@ -48,6 +48,8 @@ class Config(ChapterConfig):
     min_vessel_ratio: float = parameter(0.25, "Instrument check: the vessel fraction the segmenter finds in "
                                               "generated images must lie within this share of the real images' one "
                                               "and its inverse, otherwise the Jacobian scores are scores of noise.")
+    max_empty_masks: float = parameter(0.25, "Instrument check: the largest share of generated images in which the "
+                                             "vessel U-Net finds no vessel pixel at all.")
     ablation_kimg: float = parameter(2.0, "Thousands of real images shown to each generator of the Table 3 loss "
                                           "ablation (plain / +vessel / +lesion / +both; 0 skips it). quick: a short "
                                           "schedule; the paper trains each to convergence.")
@@ -95,6 +97,8 @@ class Config(ChapterConfig):
                                                  f"{self.attacker_epochs!r}"),
             (isinstance(self.min_vessel_ratio, (int, float)) and 0 < self.min_vessel_ratio <= 1,
              f"MIN_VESSEL_RATIO must lie in (0, 1], got {self.min_vessel_ratio!r}"),
+            (isinstance(self.max_empty_masks, (int, float)) and 0 <= self.max_empty_masks <= 1,
+             f"MAX_EMPTY_MASKS must lie in [0, 1], got {self.max_empty_masks!r}"),
             (isinstance(self.ablation_kimg, (int, float)) and self.ablation_kimg >= 0,
              f"ABLATION_KIMG must be a number >= 0, got {self.ablation_kimg!r}"),
             (positive_int(self.ablation_eval_images, 2),

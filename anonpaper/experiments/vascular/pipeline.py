@@ -245,11 +245,12 @@ def vessel_masks(probability: torch.Tensor, resolution: int, fallback_fraction: 
 
 
 def vessel_check(instruments: Instruments, generated: torch.Tensor, real: torch.Tensor, real_native: torch.Tensor,
-                 config) -> dict:
+                 config, empty_masks: int) -> dict:
     """The instrument check of the Jacobian scores: does the segmenter find vessels in generated images?
 
-    It passes when the vessel U-Net passed its own Dice floor and the vessel-pixel fraction of generated images is
-    within a factor ``1 / config.min_vessel_ratio`` of the real images' one.
+    It passes when the vessel U-Net passed its own Dice floor, the vessel-pixel fraction of generated images is
+    within a factor ``1 / config.min_vessel_ratio`` of the real images' one, and at most ``config.max_empty_masks``
+    of the generated images have no vessel pixel at all (``empty_masks`` of ``len(generated)``).
 
     Returns:
         Dict with the vessel-pixel fractions ``generated``, ``real`` (real images resampled to the generator's
@@ -266,12 +267,17 @@ def vessel_check(instruments: Instruments, generated: torch.Tensor, real: torch.
     check = "" if passed else (f"the vessel U-Net finds a vessel-pixel fraction of {fractions['generated']:.4f} in "
                                f"generated images against {fractions['real']:.4f} in real ones (ratio {ratio:.2f}, "
                                f"outside [{low:g}, {high:g}])")
+    empty_share = empty_masks / len(generated)
+    if empty_share > config.max_empty_masks:
+        passed = False
+        check = "; ".join(part for part in (check, f"{empty_masks} of {len(generated)} generated images have no "
+                                                   f"vessel pixel (more than {config.max_empty_masks:.0%})") if part)
     dice = float(instruments.checks.loc[instruments.checks["measure"] == "validation Dice", "value"].iloc[0])
     if dice < config.segmenter_min_dice:
         passed = False
         check = "; ".join(part for part in (f"the vessel U-Net's validation Dice is {dice:.3f} < "
                                             f"{config.segmenter_min_dice}", check) if part)
-    return {**fractions, "ratio": ratio, "passed": passed, "check": check}
+    return {**fractions, "ratio": ratio, "empty_share": empty_share, "passed": passed, "check": check}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -586,33 +592,38 @@ class AttackGallery:
 
 
 def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Tensor, real_features: np.ndarray,
-            gallery: AttackGallery, config, tag: str) -> dict:
+            gallery: AttackGallery) -> tuple[dict, dict[str, np.ndarray]]:
     """Paper 1's Table 2 metrics of one edit of ``N`` images, and the attacker's rank-1, each with its SE.
 
     Args:
         originals, edited: ``(N, C, R, R)`` in [0, 1].
         real_features: FD features of the real reference images.
         gallery: The attacker's gallery.
-        tag: Seed tag of the FD bootstrap.
 
     Returns:
-        Dict: ``fd``/``fd_se`` (edited vs real), ``lpips`` (domain: vessel + exudate U-Net taps, edited vs its
+        Dict: ``fd`` (edited vs real), ``lpips`` (domain: vessel + exudate U-Net taps, edited vs its
         original), ``fs_sift``, ``fs_sr``, ``rroi`` (mean of finite ratios), ``rroi_median``, ``rroi_unbounded``,
-        ``ams``, ``rank1`` (each ``*_se``), ``n``.
+        ``ams``, ``rank1`` (each ``*_se``), ``n``; and the per-image ``(N,)`` arrays ``fs_sift``, ``fs_sr`` and
+        ``rroi`` (for paired comparisons). RROI is undefined (NaN) for an image whose vessel mask is empty.
     """
     size = instruments.cohort_size
     first, second = _upsample(originals, size), _upsample(edited, size)
     row: dict[str, Any] = {"n": len(originals)}
-    row["fd"], row["fd_se"] = bootstrap_fd(real_features, fd_features(instruments, edited), config.bootstrap,
-                                           derive_seed(config.seed, "fd", tag))
+    # No bootstrap here: no claim rests on the sweep's FD, and 66 settings x BOOTSTRAP matrix square roots would
+    # cost minutes at quick (the Table 3 FDs, which a claim compares, carry their bootstrap SE).
+    row["fd"] = frechet_distance(real_features, fd_features(instruments, edited))
     with torch.no_grad():
         lpips = domain_lpips(first, second, [instruments.vessel.forward_features,
                                              instruments.exudate.forward_features], reduction="none").numpy()
     row["lpips"], row["lpips_se"] = _mean_se(lpips)
-    row["fs_sift"], row["fs_sift_se"] = _mean_se(fs_sift(first, second, reduction="none"))
-    row["fs_sr"], row["fs_sr_se"] = _mean_se(fs_sr(instruments.keypoints, first, second, reduction="none"))
+    per_image = {"fs_sift": fs_sift(first, second, reduction="none"),
+                 "fs_sr": fs_sr(instruments.keypoints, first, second, reduction="none")}
+    row["fs_sift"], row["fs_sift_se"] = _mean_se(per_image["fs_sift"])
+    row["fs_sr"], row["fs_sr_se"] = _mean_se(per_image["fs_sr"])
     mask = (vessel_probability(instruments, originals) >= 0.5).float()
     ratios = rroi(mask, first, second, reduction="none")
+    ratios[mask.flatten(1).sum(1).numpy() == 0] = np.nan  # no region of interest: the ratio means nothing
+    per_image["rroi"] = ratios
     row["rroi"], row["rroi_se"] = _mean_se(ratios)
     defined = ratios[~np.isnan(ratios)]
     row["rroi_median"] = float(np.median(defined)) if defined.size else float("nan")
@@ -622,7 +633,7 @@ def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Ten
     hits = rank1_hits(embeddings(instruments, edited), gallery.embeddings, gallery.query_identities,
                       gallery.identities, gallery.exclude)
     row["rank1"], row["rank1_se"] = _mean_se(hits.astype(float))
-    return row
+    return row, per_image
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -737,8 +748,10 @@ def train_ablation_generator(variant: str, instruments: Instruments, config, gen
 
 def loss_ablation(instruments: Instruments, config, generator_config: GeneratorsConfig,
                   progress: bool = False) -> tuple[pd.DataFrame, dict]:
-    """Table 3: FD (vessel U-Net features, with bootstrap SE), LPIPS (domain, each generated image against a
-    random real one), MSE (likewise, unpaired) and SWD of each ablation generator against real training images.
+    """Table 3: FD on the vessel U-Net's features and FD on the attacker's embeddings (a network the extra loss
+    never sees, like the paper's Inception features; both with bootstrap SE), LPIPS (domain, each generated image
+    against a random real one), MSE (likewise, unpaired) and SWD of each ablation generator against real training
+    images.
 
     Returns:
         ``(table, samples)``: one row per variant; ``samples[variant]`` = 8 images (N, C, R, R) in [0, 1].
@@ -751,6 +764,7 @@ def loss_ablation(instruments: Instruments, config, generator_config: Generators
     real = real_all[np.sort(rng.choice(len(real_all), count, replace=False))]
     partner = real[rng.permutation(count)]
     real_features = fd_features(instruments, real)
+    real_embeddings = embeddings(instruments, real).astype(np.float64)
     rows, samples = [], {}
     for variant in ABLATIONS:
         artifact = train_ablation_generator(variant, instruments, config, generator_config, progress)
@@ -766,8 +780,10 @@ def loss_ablation(instruments: Instruments, config, generator_config: Generators
                                  [instruments.vessel.forward_features, instruments.exudate.forward_features],
                                  reduction="none").numpy()
         mse = (fake - partner).square().flatten(1).mean(1).numpy()
+        fd_attacker, fd_attacker_se = bootstrap_fd(real_embeddings, embeddings(instruments, fake).astype(np.float64),
+                                                   config.bootstrap, derive_seed(config.seed, "ablation-fd-id", variant))
         row = {"variant": variant, "kimg": artifact["kimg"], "train_seconds": artifact["seconds"], "fd": fd,
-               "fd_se": fd_se}
+               "fd_se": fd_se, "fd_attacker": fd_attacker, "fd_attacker_se": fd_attacker_se}
         row["lpips"], row["lpips_se"] = _mean_se(lpips)
         row["mse"], row["mse_se"] = _mean_se(mse)
         row["swd"] = swd(real, fake, seed=config.seed).value if generator.resolution >= 16 else float("nan")
@@ -798,6 +814,7 @@ class Outcome:
         ablation: Table 3 rows (empty when skipped); ``ablation_samples``: variant -> images.
         samples: Arrays for the figures (see :func:`run`).
         seconds: Wall seconds per stage.
+        per_image: ``(image_set, method, alpha)`` -> per-image ``fs_sift``, ``fs_sr``, ``rroi`` arrays.
     """
 
     config: Any
@@ -814,6 +831,7 @@ class Outcome:
     ablation_samples: dict
     samples: dict
     seconds: dict
+    per_image: dict = field(default_factory=dict)
 
     def row(self, image_set: str, method: str, alpha: float) -> dict:
         """The sweep row of one image set, method and strength (empty dict when absent)."""
@@ -863,10 +881,10 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     pick = np.sort(np.random.default_rng(derive_seed(config.seed, "real-check")).choice(
         len(native_all), min(len(native_all), max(config.score_images, 8)), replace=False))
     real_resampled = _as_float(load_images(KIND, generator_config))[pick]
-    vessels = vessel_check(instruments, scored_images, real_resampled, _as_float(native_all[pick]), config)
-    fallback_fraction = max(vessels["real"], 0.02)
-    masks_scored, fallback = vessel_masks(vessel_probability(instruments, scored_images), resolution,
-                                          fallback_fraction)
+    probability = vessel_probability(instruments, scored_images)
+    real_fraction = float((vessel_probability(instruments, real_resampled) >= 0.5).float().mean())
+    masks_scored, fallback = vessel_masks(probability, resolution, max(real_fraction, 0.02))
+    vessels = vessel_check(instruments, scored_images, real_resampled, _as_float(native_all[pick]), config, fallback)
     vessels["fallback_masks"] = fallback
     vessels["T"] = config.score_images
     lap("instrument check")
@@ -896,7 +914,7 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     lap("projector")
 
     real_features = fd_features(instruments, real_resampled)
-    rows, examples = [], {}
+    rows, examples, per_image = [], {}, {}
     strengths = config.strengths
     for edit_set in edit_sets:
         edits = edit_methods(generator, edit_set, top, several, statistics, baselines, strengths,
@@ -908,21 +926,20 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
             gallery = AttackGallery(embeddings(instruments, torch.from_numpy(test_images)), test_patients,
                                     edit_set.patients, query_rows)
         # alpha = 0: the unedited images (for real ones, the projection: what the inversion alone leaks)
-        baseline_row = measure(instruments, edit_set.originals, edit_set.originals, real_features, gallery, config,
-                               f"{edit_set.name}-none")
+        baseline_row, _ = measure(instruments, edit_set.originals, edit_set.originals, real_features, gallery)
         rows.append({"image_set": edit_set.name, "method": "unedited", "alpha": 0.0, "step": 0.0, "change": 0.0,
                      "error": "", **baseline_row})
         if edit_set.targets is not None:
-            target_row = measure(instruments, edit_set.targets, edit_set.targets, real_features, gallery, config,
-                                 f"{edit_set.name}-target")
+            target_row, _ = measure(instruments, edit_set.targets, edit_set.targets, real_features, gallery)
             rows.append({"image_set": edit_set.name, "method": "real image (not projected)", "alpha": 0.0,
                          "step": 0.0, "change": 0.0, "error": "", **target_row})
         for (method, alpha), edit in edits.items():
             row = {"image_set": edit_set.name, "method": method, "alpha": alpha, "step": edit["step"],
                    "change": edit["change"], "error": edit["error"]}
             if edit["images"] is not None:
-                row.update(measure(instruments, edit_set.originals, edit["images"], real_features, gallery, config,
-                                   f"{edit_set.name}-{method}-{alpha}"))
+                measured, per_image[(edit_set.name, method, alpha)] = measure(
+                    instruments, edit_set.originals, edit["images"], real_features, gallery)
+                row.update(measured)
             rows.append(row)
         examples[edit_set.name] = {"originals": edit_set.originals[:4].numpy(),
                                    "edits": {key: value["images"][:4].numpy() for key, value in edits.items()
@@ -947,4 +964,4 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     ablation, ablation_samples = loss_ablation(instruments, config, generator_config, progress)
     lap("ablation")
     return Outcome(config, generator_config, generator_info, instruments.checks, vessels, scores, channels, speed,
-                   baselines, sweep, ablation, ablation_samples, samples, seconds)
+                   baselines, sweep, ablation, ablation_samples, samples, seconds, per_image)
