@@ -244,3 +244,23 @@ def test_first_jvp_of_a_process_prints_no_warning():
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "deprecated" not in result.stderr
+
+
+def test_fs_claim_uses_paired_per_image_differences_when_available():
+    outcome = planted_outcome()
+    config = outcome.config
+    low, high = min(config.alphas), max(config.alphas)
+    outcome.sweep[["fs_sift_se", "fs_sr_se"]] = 5.0  # unpaired SEs would leave the claim undecided
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.5, 0.9, 60)
+    outcome.per_image = {("generated", pipeline.OURS, low): {"fs_sift": base, "fs_sr": base},
+                         ("generated", pipeline.OURS, high): {"fs_sift": base - 0.05, "fs_sr": base - 0.05}}
+    assert claims_module.top_channel_claim(outcome).verdict == HOLDS
+
+
+def test_lesion_claim_is_undecided_when_the_identity_ranges_do_not_overlap():
+    outcome = planted_outcome()
+    ours = outcome.sweep["method"] == pipeline.OURS
+    outcome.sweep.loc[ours, ["fs_sift", "fs_sr"]] = 0.95  # ours never comes near the baselines' similarities
+    claim = claims_module.lesion_claim(outcome)
+    assert claim.verdict == UNDECIDED and "not comparable" in claim.reason
