@@ -33,18 +33,20 @@ class Config(ChapterConfig):
     utility_epochs: int = parameter(15, "Epochs of every finding classifier.")
     lpips_epochs: int = parameter(10, "Epochs of the cohort-trained lung U-Net whose feature taps give the domain "
                                       "LPIPS (loss and metric; the paper: VGG LPIPS).")
-    co_training_kimg: float = parameter(4.0, "Thousands of real images shown to the co-training of E, S and D from "
-                                             "scratch (quick: about 60 CPU-s/kimg at 32 px on a shared 2-core "
-                                             "machine).")
+    co_training_kimg: float = parameter(12.0, "Thousands of real images shown to the co-training of E, S and D "
+                                              "from scratch (quick: 20-60 CPU-s/kimg at 32 px on a shared 2-core "
+                                              "machine; at 4 kimg co-training lost to E-training against the 20 "
+                                              "kimg generator).")
     encoder_kimg: float = parameter(2.0, "Thousands of real images shown to E-training (E alone against the "
                                          "frozen generator; about 25 CPU-s/kimg at 32 px).")
     projection_batch_size: int = parameter(8, "Images per projection-training step (multiple of 4).")
-    steps: int = parameter(30, "Adam steps of the latent optimisation per image (the paper: 1000; quick: about "
+    steps: int = parameter(50, "Adam steps of the latent optimisation per image (the paper: 1000; quick: about "
                                "3-8 CPU-ms per image and step at 32 px).")
     learning_rate: float = parameter(0.05, "Adam learning rate of the latent optimisation, betas (0, 0.99) (the "
                                            "paper: 0.01 over 1000 steps; at 0.01 the CPU profiles' 25 steps moved "
                                            "the identity cosine from about 0.5 to 0.1 only, so m = -0.5 and -0.7 "
-                                           "never bound: fewer, larger steps).")
+                                           "never bound, and 30 steps at 0.05 reached about -0.33: fewer, larger "
+                                           "steps).")
     margin: float = parameter(-0.7, "Identity margin m of L_id = max(0, cos - m) of the main setting (the "
                                     "paper: -0.7).")
     margins: tuple = parameter((0.0, -0.5, -0.7), "Margins of the ablation, from loosest to strictest (the "
