@@ -38,6 +38,8 @@ def test_defaults_are_valid_and_sequences_become_tuples():
     ({"style_weight": -1.0}, "STYLE_WEIGHT"),
     ({"classifier_backbone": "vgg"}, "CLASSIFIER_BACKBONE"),
     ({"attacker_test_fraction": 0.95}, "ATTACKER_TEST_FRACTION"),
+    ({"inversion": "restyle"}, "INVERSION"),
+    ({"inversion": "encoder", "encoder_steps": 0}, "needs an encoder"),
 ])
 def test_invalid_parameters_are_refused_by_name(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -72,7 +74,8 @@ def planted(*, fd_gap=1.0, fd_gap_se=0.1, membership=(0.9, 0.7, 0.5, 0.3), pixel
                               "max_size": k + 246 % k, "clusters_above_k": 1, "every_image_once": True}
                              for k, size in zip(KS, min_sizes)])
     return chapter.Outcome(
-        config=config, generator={}, segmenter_dice=0.9, inversion={"images": 246}, clusters=clusters,
+        config=config, generator={}, segmenter_dice=0.9, inversion={"images": 246, "inversion": "projector"},
+        inversions=pd.DataFrame(), clusters=clusters,
         results=pd.DataFrame(rows), fd_differences={k: {"difference": fd_gap, "difference_se": fd_gap_se} for k in KS},
         reference={"accuracy": 0.7, "accuracy_se": 0.02, "qwk": reference_qwk, "qwk_se": 0.03},
         alignment=pd.DataFrame({"k": KS, "loss_at_centroid": 1.0, "loss_after_alignment": 0.5}))
@@ -212,6 +215,19 @@ def test_inversion_and_the_three_releases_on_a_tiny_generator(tiny):
     assert np.bincount(release.labels).min() >= 2 and len(release.grades) == 4
     members = pipeline.cluster_members(release.labels)[0]
     assert torch.allclose(release.images["k-same pixel"][0], data.private[members].mean(0), atol=1e-6)
+
+
+def test_encoder_inversion_and_its_refinement_on_a_tiny_generator(tiny):
+    generator, network, data = tiny
+    config = chapter.Config(encoder_steps=2, private_images=9, k_values=(2, 3))
+    encoder, seconds = pipeline.train_inversion_encoder(generator, data.private, pipeline.feature_taps(network, 32),
+                                                        config)
+    assert seconds > 0 and not any(parameter.requires_grad for parameter in generator.parameters())
+    encoded = pipeline.encode(encoder, generator, data.private, seconds)
+    assert encoded.codes.shape == (9, generator.num_ws, generator.w_dim) and encoded.train_seconds == seconds
+    refined = pipeline.invert(generator, data.private, 2, 0, initial_ws=encoded.codes, train_seconds=seconds)
+    row = refined.summary("encoder+projector")
+    assert row["images"] == 9 and row["train_seconds"] == seconds and "encoder's codes" in row["method"]
 
 
 def test_membership_attack_and_utility_run_on_tiny_sets(tiny):

@@ -12,11 +12,12 @@ from anonpaper.experiments.k_salsa.pipeline import METHODS, Outcome
 
 
 def inversion_table(outcome: Outcome) -> pd.DataFrame:
-    """The inversion of the private images into W+: method, images, PSNR, SSIM (mean and SE), seconds."""
-    summary = outcome.inversion
-    return pd.DataFrame([{"inversion": summary["method"], "images": summary["images"], "PSNR": summary["psnr"],
-                          "PSNR_se": summary["psnr_se"], "SSIM": summary["ssim"], "SSIM_se": summary["ssim_se"],
-                          "seconds": summary["seconds"], "seconds_per_image": summary["seconds_per_image"]}])
+    """The inversions of the private images into W+ compared: PSNR, SSIM (mean and SE over images), the encoder's
+    training seconds and the seconds per image; ``used`` marks the codes k-SALSA used."""
+    frame = outcome.inversions.rename(columns={"psnr": "PSNR", "psnr_se": "PSNR_se", "ssim": "SSIM",
+                                               "ssim_se": "SSIM_se"})
+    frame.insert(1, "used", frame["inversion"] == outcome.inversion["inversion"])
+    return frame
 
 
 def clusters_table(outcome: Outcome) -> pd.DataFrame:

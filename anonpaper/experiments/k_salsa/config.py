@@ -24,6 +24,13 @@ class Config(ChapterConfig):
     projector_steps: int = parameter(200, "Projector Adam steps per image, into W+ without noise maps (the paper "
                                           "inverts with a ReStyle/pSp encoder, 5 refinement iterations; the "
                                           "StyleGAN2-ADA projector recipe: 1000 steps).")
+    encoder_steps: int = parameter(400, "Training steps (16 cohort images each) of the W+ encoder compared with the "
+                                        "projector (the paper inverts with a ReStyle/pSp encoder; 0 skips the "
+                                        "encoder).")
+    encoder_refine_steps: int = parameter(50, "Projector steps started from the encoder's codes (the "
+                                              "'encoder+projector' inversion).")
+    inversion: str = parameter("projector", "Inversion whose W+ codes k-SALSA uses: 'projector', 'encoder' or "
+                                            "'encoder+projector'.")
     alignment_steps: int = parameter(40, "Local style alignment Adam steps per cluster (the paper: 100).")
     alignment_lr: float = parameter(0.03, "Peak learning rate of the alignment, projector schedule (the paper: 0.1 "
                                           "over 100 steps; over 30-40 steps on the quick generator 0.03 reached a "
@@ -65,6 +72,14 @@ class Config(ChapterConfig):
              f"K_VALUES must be at least two increasing integers >= 2, got {self.k_values!r}"),
             (isinstance(self.projector_steps, int) and self.projector_steps >= 1,
              f"PROJECTOR_STEPS must be a positive integer, got {self.projector_steps!r}"),
+            (isinstance(self.encoder_steps, int) and self.encoder_steps >= 0,
+             f"ENCODER_STEPS must be a non-negative integer, got {self.encoder_steps!r}"),
+            (isinstance(self.encoder_refine_steps, int) and self.encoder_refine_steps >= 1,
+             f"ENCODER_REFINE_STEPS must be a positive integer, got {self.encoder_refine_steps!r}"),
+            (self.inversion in ("projector", "encoder", "encoder+projector"),
+             f"INVERSION must be 'projector', 'encoder' or 'encoder+projector', got {self.inversion!r}"),
+            (self.inversion == "projector" or self.encoder_steps > 0,
+             f"INVERSION {self.inversion!r} needs an encoder: ENCODER_STEPS must be > 0"),
             (isinstance(self.alignment_steps, int) and self.alignment_steps >= 1,
              f"ALIGNMENT_STEPS must be a positive integer, got {self.alignment_steps!r}"),
             (self.alignment_lr > 0, f"ALIGNMENT_LR must be positive, got {self.alignment_lr!r}"),

@@ -45,16 +45,16 @@ def plot_clusters(outcome: Outcome):
 
 
 def plot_reconstructions(outcome: Outcome):
-    """Private images (top) and their W+ reconstructions ``G(w)`` (bottom)."""
-    private, reconstruction = outcome.reconstructions["private"], outcome.reconstructions["reconstruction"]
-    figure, axes = plt.subplots(2, len(private), figsize=(1.2 * len(private), 2.7), squeeze=False)
-    for c in range(len(private)):
-        _show(axes[0, c], private[c])
-        _show(axes[1, c], reconstruction[c])
-    axes[0, 0].set_ylabel("private", fontsize=7)
-    axes[1, 0].set_ylabel("G(w), W+", fontsize=7)
-    figure.suptitle(f"Inversion: PSNR {outcome.inversion['psnr']:.1f} dB, SSIM {outcome.inversion['ssim']:.3f}",
-                    fontsize=9)
+    """Private images (top row) and their W+ reconstructions ``G(w)`` by each inversion (one row each)."""
+    rows = list(outcome.reconstructions.items())
+    columns = len(rows[0][1])
+    figure, axes = plt.subplots(len(rows), columns, figsize=(1.2 * columns, 1.3 * len(rows) + 0.3), squeeze=False)
+    for r, (name, images) in enumerate(rows):
+        for c in range(columns):
+            _show(axes[r, c], images[c])
+        used = " (used)" if name == outcome.inversion["inversion"] else ""
+        axes[r, 0].set_ylabel(name.replace("+", "+\n") + used, fontsize=7)
+    figure.suptitle("Private images and their W+ reconstructions", fontsize=9)
     figure.tight_layout()
     return figure
 

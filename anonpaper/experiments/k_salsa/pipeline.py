@@ -4,8 +4,10 @@ one synthetic image per cluster by three methods -> fidelity, utility and privac
 1. The generators chapter's fundus StyleGAN2 (:func:`anonpaper.experiments.generators.load_generator`) and its
    cohort: ``private_images`` images of the train split are the private set; the test split is the real test set
    of the DR classifiers.
-2. Inversion (:func:`invert`): the StyleGAN2-ADA projector into W+ without noise maps (k-SALSA's encoder also
-   returns W+ codes only), so ``G(w)`` with constant noise is each image's reconstruction; PSNR / SSIM and seconds.
+2. Inversion: the StyleGAN2-ADA projector into W+ without noise maps (:func:`invert`; k-SALSA's encoder also
+   returns W+ codes only, so ``G(w)`` with constant noise is each image's reconstruction), compared with a W+
+   encoder trained on the cohort (:func:`train_inversion_encoder`, :func:`encode`) and with the encoder's codes
+   refined by a short projection: PSNR / SSIM and seconds of each; ``config.inversion`` picks the codes used.
 3. Per k: same-size clusters on the flattened codes (:func:`anonpaper.methods.ksalsa.same_size_clusters`, the
    remainder joins the nearest clusters), and three releases of one image per cluster (:func:`synthesize`):
    k-same pixel averaging of the members, the latent centroid ``G(mean w)``, and k-SALSA's local style alignment
@@ -51,12 +53,15 @@ from anonpaper.metrics.classification import accuracy, quadratic_weighted_kappa
 from anonpaper.metrics.distribution import frechet_distance, kernel_inception_distance
 from anonpaper.metrics.identity import keypoint_similarity, sift_features
 from anonpaper.metrics.privacy import cluster_membership, cluster_membership_top_k_precision
-from anonpaper.metrics.quality import psnr, ssim
+from anonpaper.metrics.quality import feature_tap_distance, psnr, ssim
 from anonpaper.metrics.statistics import patient_bootstrap_se
 from anonpaper.models.classifiers import build_classifier
+from anonpaper.models.encoders import LatentEncoder
 from anonpaper.models.stylegan import project, to_unit_range
 from anonpaper.runtime import derive_seed, get_device
 from anonpaper.train.classifier import predict_proba, train_classifier
+from anonpaper.train.gan import GANTrainingConfig
+from anonpaper.train.gmia import ProjectionTrainingSettings, train_encoder
 from anonpaper.train.loop import TrainSettings
 from anonpaper.train.membership import membership_attack_scores, train_membership_classifier
 from anonpaper.train.pretrained import trained_segmenter
@@ -155,6 +160,13 @@ def features(network, images: torch.Tensor, cohort_size: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------------
 # Inversion
 # ---------------------------------------------------------------------------------------------------------------
+INVERSIONS = ("projector", "encoder", "encoder+projector")
+ENCODER_BATCH = 16  # images per encoder training step
+ENCODER_LR = 1e-3  # Adam; 400 steps at 1e-3 and at 2.5e-3 (GMIA's) gave the same reconstructions on the quick generator
+# pSp's weights (MSE 1, LPIPS 0.8); the U-Net's domain LPIPS stands in for LPIPS (no ImageNet weights offline).
+ENCODER_MSE_WEIGHT, ENCODER_PERCEPTUAL_WEIGHT = 1.0, 0.8
+
+
 @dataclass
 class Inversion:
     """W+ codes of the private images.
@@ -164,8 +176,9 @@ class Inversion:
         reconstructions: float ``(N, 3, R, R)`` ``G(codes)`` (constant noise) in ``[0, 1]``.
         psnr: Per-image PSNR (dB, data range 1) of the reconstructions, ``(N,)``.
         ssim: Per-image SSIM, ``(N,)``.
-        seconds: Wall seconds of the inversion.
+        seconds: Wall seconds of inverting the N images (encoder: its forward passes only).
         method: Description of the inversion.
+        train_seconds: Wall seconds of training the encoder (0 for the projector alone).
     """
 
     codes: torch.Tensor
@@ -174,25 +187,83 @@ class Inversion:
     ssim: np.ndarray
     seconds: float
     method: str
+    train_seconds: float = 0.0
+
+    def summary(self, name: str) -> dict[str, Any]:
+        """Mean PSNR / SSIM with SEs over images, and the costs, as a table row."""
+        count = len(self.psnr)
+        return {"inversion": name, "method": self.method, "images": count, "psnr": float(self.psnr.mean()),
+                "psnr_se": float(self.psnr.std(ddof=1) / np.sqrt(count)) if count > 1 else float("nan"),
+                "ssim": float(self.ssim.mean()),
+                "ssim_se": float(self.ssim.std(ddof=1) / np.sqrt(count)) if count > 1 else float("nan"),
+                "train_seconds": self.train_seconds, "seconds": self.seconds,
+                "seconds_per_image": self.seconds / count}
 
 
-def invert(generator, images: torch.Tensor, steps: int, seed: int) -> Inversion:
+def _inversion(codes: torch.Tensor, reconstructions: torch.Tensor, images: torch.Tensor, seconds: float,
+               method: str, train_seconds: float = 0.0) -> Inversion:
+    return Inversion(codes=codes, reconstructions=reconstructions,
+                     psnr=psnr(reconstructions, images, reduction="none").numpy(),
+                     ssim=ssim(reconstructions, images, reduction="none").numpy(), seconds=seconds, method=method,
+                     train_seconds=train_seconds)
+
+
+def invert(generator, images: torch.Tensor, steps: int, seed: int, initial_ws: torch.Tensor | None = None,
+           train_seconds: float = 0.0) -> Inversion:
     """Project ``[0, 1]`` images into W+ (no noise maps: the code alone must carry the image, as k-SALSA's
-    encoder output does), ``PROJECTOR_BATCH`` at a time."""
+    encoder output does), ``PROJECTOR_BATCH`` at a time, from the mean w or from ``initial_ws`` ``(N, L, D)``."""
     started = time.perf_counter()
     codes, reconstructions = [], []
     for start in range(0, len(images), PROJECTOR_BATCH):
+        initial = None if initial_ws is None else initial_ws[start:start + PROJECTOR_BATCH]
         result = project(generator, images[start:start + PROJECTOR_BATCH] * 2 - 1, space="w+", num_steps=steps,
-                         optimize_noise=False, w_avg_samples=2000, seed=seed)
+                         optimize_noise=False, w_avg_samples=2000, seed=seed, initial_ws=initial)
         codes.append(result.ws.float().cpu())
         reconstructions.append(to_unit_range(result.reconstruction).cpu().float())
-    reconstruction = torch.cat(reconstructions)
-    return Inversion(codes=torch.cat(codes), reconstructions=reconstruction,
-                     psnr=psnr(reconstruction, images, reduction="none").numpy(),
-                     ssim=ssim(reconstruction, images, reduction="none").numpy(),
-                     seconds=time.perf_counter() - started,
-                     method=f"StyleGAN2-ADA projector, W+, {steps} Adam steps, pixel + Laplacian-pyramid distance, "
-                            "no noise maps")
+    start_from = "the mean w" if initial_ws is None else "the encoder's codes"
+    return _inversion(torch.cat(codes), torch.cat(reconstructions), images, time.perf_counter() - started,
+                      f"StyleGAN2-ADA projector from {start_from}, W+, {steps} Adam steps, pixel + "
+                      "Laplacian-pyramid distance, no noise maps", train_seconds)
+
+
+def train_inversion_encoder(generator, images: torch.Tensor, taps, config: Config, device=None):
+    """A W+ encoder (GMIA's :class:`~anonpaper.models.encoders.LatentEncoder` with one w per layer) trained to
+    reconstruct ``images`` through the frozen generator with pSp's loss weights (pixel MSE 1, perceptual 0.8; the
+    perceptual distance is the cohort U-Net's domain LPIPS). k-SALSA's ReStyle/pSp encoder also refines its codes
+    over 5 iterations from a 6-channel input; that is not built here, the projector refines instead.
+
+    Returns:
+        ``(encoder in eval mode, training seconds)``.
+    """
+    started = time.perf_counter()
+    encoder = LatentEncoder(generator.config, generator.num_ws, space="w+", seed=derive_seed(config.seed, "encoder-init"))
+    settings = ProjectionTrainingSettings(
+        gan=GANTrainingConfig(total_steps=config.encoder_steps, batch_size=ENCODER_BATCH, generator_lr=ENCODER_LR,
+                              style_mixing_probability=0.0, seed=derive_seed(config.seed, "encoder"), progress=False),
+        mse_weight=ENCODER_MSE_WEIGHT, perceptual_weight=ENCODER_PERCEPTUAL_WEIGHT,
+        encoder_epoch_steps=min(100, config.encoder_steps))
+
+    def perceptual(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+        return feature_tap_distance(first, second, taps, reduction="none")
+
+    result = train_encoder(encoder, generator, images, settings, perceptual, device=device)
+    for parameter in generator.parameters():  # train_encoder restores the flags; the pipeline keeps G frozen
+        parameter.requires_grad_(False)
+    return result.encoder.eval().cpu(), time.perf_counter() - started
+
+
+@torch.no_grad()
+def encode(encoder, generator, images: torch.Tensor, train_seconds: float) -> Inversion:
+    """The encoder's W+ codes of ``[0, 1]`` images (one forward pass each) and their reconstructions."""
+    started = time.perf_counter()
+    codes = torch.cat([encoder(images[start:start + PROJECTOR_BATCH] * 2 - 1)
+                       for start in range(0, len(images), PROJECTOR_BATCH)]).float()
+    seconds = time.perf_counter() - started
+    reconstructions = torch.cat([to_unit_range(generator.synthesis(codes[start:start + PROJECTOR_BATCH],
+                                                                   noise_mode="const"))
+                                 for start in range(0, len(codes), PROJECTOR_BATCH)]).float()
+    return _inversion(codes, reconstructions, images, seconds,
+                      f"W+ encoder, {train_seconds:.0f} s of training (one forward pass per image)", train_seconds)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -453,8 +524,11 @@ class Outcome:
         config: The chapter config.
         generator: ``{"kind", "source", "kimg", "resolution", "config", "profile"}`` of the generator used.
         segmenter_dice: Held-out Dice of the feature U-Net.
-        inversion: :class:`Inversion` summary without the codes: ``{"psnr", "psnr_se", "ssim", "ssim_se",
-            "seconds", "seconds_per_image", "method", "images"}``.
+        inversion: :meth:`Inversion.summary` of the inversion whose codes k-SALSA used (``config.inversion``):
+            ``{"inversion", "method", "images", "psnr", "psnr_se", "ssim", "ssim_se", "train_seconds", "seconds",
+            "seconds_per_image"}``.
+        inversions: One such row per inversion compared (projector; encoder and encoder + projector when
+            ``config.encoder_steps > 0``).
         clusters: One row per k (:func:`cluster_summary`).
         results: One row per (k, method) (methods: :data:`METHODS`, plus ``"real test"`` rows with only FD / KID):
             ``n_synthetic``, ``fd``, ``fd_se``, ``kid``, ``kid_std``, ``accuracy``, ``accuracy_se``, ``qwk``,
@@ -465,7 +539,8 @@ class Outcome:
         reference: The DR classifier trained on the private real images (utility row) and the majority rate.
         alignment: One row per k: mean alignment loss at the centroid and after alignment.
         examples: k -> {"members": list of ``(M, 3, R, R)`` arrays, method -> ``(S, 3, R, R)``} for a few clusters.
-        reconstructions: ``{"private", "reconstruction"}`` float arrays of a few private images.
+        reconstructions: ``"private"`` and each inversion's name -> float arrays of a few private images and their
+            reconstructions.
         timings: Stage -> wall seconds.
         seconds: Wall seconds of :func:`run`.
     """
@@ -474,6 +549,7 @@ class Outcome:
     generator: dict[str, Any]
     segmenter_dice: float
     inversion: dict[str, Any]
+    inversions: pd.DataFrame
     clusters: pd.DataFrame
     results: pd.DataFrame
     fd_differences: dict[int, dict[str, float]]
@@ -518,15 +594,19 @@ def run(config: Config, generator_config: GeneratorsConfig, progress: bool = Fal
     taps = feature_taps(network, data.cohort_size)
 
     tick = time.perf_counter()
-    inversion = invert(generator, data.private, config.projector_steps, config.seed)
-    stage("inversion", tick)
+    inversions = {"projector": invert(generator, data.private, config.projector_steps, config.seed)}
+    stage("inversion: projector", tick)
+    if config.encoder_steps:
+        tick = time.perf_counter()
+        encoder, train_seconds = train_inversion_encoder(
+            generator, _as_float(load_images(KIND, generator_config, "train")), taps, config, device)
+        inversions["encoder"] = encode(encoder, generator, data.private, train_seconds)
+        inversions["encoder+projector"] = invert(generator, data.private, config.encoder_refine_steps, config.seed,
+                                                 initial_ws=inversions["encoder"].codes, train_seconds=train_seconds)
+        stage("inversion: encoder", tick)
+    inversion = inversions[config.inversion]
     count = len(data.private)
-    inversion_summary = {"images": count, "psnr": float(inversion.psnr.mean()),
-                         "psnr_se": float(inversion.psnr.std(ddof=1) / np.sqrt(count)),
-                         "ssim": float(inversion.ssim.mean()),
-                         "ssim_se": float(inversion.ssim.std(ddof=1) / np.sqrt(count)),
-                         "seconds": inversion.seconds, "seconds_per_image": inversion.seconds / count,
-                         "method": inversion.method}
+    inversion_summary = inversion.summary(config.inversion)
 
     tick = time.perf_counter()
     real_features = features(network, data.private, data.cohort_size)
@@ -572,9 +652,12 @@ def run(config: Config, generator_config: GeneratorsConfig, progress: bool = Fal
                    generator={"kind": KIND, "source": trained.source, "kimg": trained.kimg,
                               "resolution": generator.resolution, "config": generator.config.description,
                               "profile": config.generators_profile},
-                   segmenter_dice=dice, inversion=inversion_summary, clusters=pd.DataFrame(clusters),
+                   segmenter_dice=dice, inversion=inversion_summary,
+                   inversions=pd.DataFrame([item.summary(name) for name, item in inversions.items()]),
+                   clusters=pd.DataFrame(clusters),
                    results=pd.DataFrame(rows), fd_differences=differences, reference=reference,
                    alignment=pd.DataFrame(alignment), examples=examples,
                    reconstructions={"private": data.private[:shown].numpy(),
-                                    "reconstruction": inversion.reconstructions[:shown].numpy()},
+                                    **{name: item.reconstructions[:shown].numpy()
+                                       for name, item in inversions.items()}},
                    timings=timings, seconds=time.perf_counter() - started)
