@@ -264,3 +264,12 @@ def test_lesion_claim_is_undecided_when_the_identity_ranges_do_not_overlap():
     outcome.sweep.loc[ours, ["fs_sift", "fs_sr"]] = 0.95  # ours never comes near the baselines' similarities
     claim = claims_module.lesion_claim(outcome)
     assert claim.verdict == UNDECIDED and "not comparable" in claim.reason
+
+
+def test_ablation_claim_is_undecided_on_a_shorter_schedule_than_the_generators_chapter():
+    from anonpaper.experiments.generators import Config as GeneratorsConfig
+
+    outcome = planted_outcome()
+    outcome.generator_config = GeneratorsConfig()  # its fundus StyleGAN3-T: 16 kimg; the planted ablation: 2
+    claim = claims_module.ablation_claim(outcome)
+    assert claim.verdict == UNDECIDED and "schedule too short" in claim.reason

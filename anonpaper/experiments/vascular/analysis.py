@@ -29,6 +29,21 @@ PAPER_NAMES = {"fd": "FID", "lpips": "LPIPS", "fs_sift": "FS_SIFT", "fs_sr": "FS
                "mse": "MSE", "swd": "SWD"}
 
 
+def missing_reasons(table: pd.DataFrame) -> dict[str, str]:
+    """Why a cell of :func:`table2` or :func:`sweep_table` can be empty, per column (for ``show_table(missing=)``):
+    the paper reports no such number; RROI is undefined when the originals have no vessel pixel; a baseline that
+    found no direction has no edit."""
+    reasons = {}
+    for column in table.columns:
+        if str(column).endswith("paper"):
+            reasons[column] = "not in the paper"
+        elif str(column).lower().startswith("rroi"):
+            reasons[column] = "no vessel pixel in the originals"
+        else:
+            reasons[column] = "no edit"
+    return reasons
+
+
 def generator_table(outcome: Outcome) -> pd.DataFrame:
     """The generator this run edited: config, resolution, S channels, source and kimg."""
     info = dict(outcome.generator)
@@ -155,5 +170,6 @@ def seconds_table(outcome: Outcome) -> pd.DataFrame:
     return pd.DataFrame([{"stage": stage, "seconds": value} for stage, value in outcome.seconds.items()])
 
 
-__all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "generator_table", "instruments_table", "layer_table", "seconds_table",
+__all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "generator_table", "instruments_table", "layer_table", "missing_reasons",
+           "seconds_table",
            "speed_table", "sweep_table", "table2", "table3", "top_channels_table", "tradeoff_table"]
