@@ -152,16 +152,23 @@ def plot_metrics_by_strength(outcome: Outcome, image_set: str = "generated"):
     frame = outcome.sweep
     part = frame[(frame["image_set"] == image_set) & (frame["method"] == OURS)].sort_values("alpha")
     figure, axis = plt.subplots(figsize=(6, 3.5))
+    undefined = []
     for metric, label in (("fd", "FD"), ("lpips", "LPIPS"), ("fs_sift", "FS_SIFT"), ("fs_sr", "FS_SR"),
                           ("rroi", "RROI"), ("ams", "AMS"), ("rank1", "rank-1 re-id")):
         if metric not in part:
             continue
         values = part[metric].to_numpy(dtype=float)
-        span = np.nanmax(values) - np.nanmin(values) if np.isfinite(values).any() else 0
+        if not np.isfinite(values).any():
+            undefined.append(label)  # e.g. RROI without vessel pixels: no line rather than a line of zeros
+            continue
+        span = np.nanmax(values) - np.nanmin(values)
         normalised = (values - np.nanmin(values)) / span if span > 0 else np.zeros_like(values)
         axis.plot(part["alpha"], normalised, marker="o", label=label)
     axis.set_xlabel("alpha")
     axis.set_ylabel("normalised value")
+    if undefined:
+        axis.text(0.01, 0.01, "undefined in this run: " + ", ".join(undefined), transform=axis.transAxes, fontsize=7,
+                  va="bottom")
     axis.legend(fontsize=7, ncol=2)
     axis.set_title(f"Metrics of the top-channel edit over alpha, {image_set} images", fontsize=9)
     figure.tight_layout()
@@ -178,6 +185,12 @@ def plot_privacy_utility(outcome: Outcome):
         for c, (metric, label) in enumerate((("rroi", "RROI (higher keeps lesions)"),
                                              ("ams", "AMS (higher keeps the exudate label)"))):
             axis = axes[r, c]
+            if metric not in part or not np.isfinite(part[metric].to_numpy(dtype=float)).any():
+                axis.axis("off")
+                axis.text(0.5, 0.5, f"{label.split(' (')[0]} undefined on {image_set} images in this run\n"
+                                    "(no vessel pixel in the originals)", ha="center", va="center", fontsize=8,
+                          transform=axis.transAxes)
+                continue
             for method in METHODS:
                 curve = part[part["method"] == method].sort_values("alpha")
                 if curve.empty or "rank1" not in curve:
