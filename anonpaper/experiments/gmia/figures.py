@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 
 from anonpaper.experiments.gmia.analysis import privacy_utility_points
-from anonpaper.experiments.gmia.pipeline import BLUR, CO_RECON, E_RECON, ID_ONLY, PIXELATE, REAL, UT_ONLY, Outcome
+from anonpaper.experiments.gmia.pipeline import (BLUR, CO_RECON, E_RECON, ID_ONLY, PIXELATE, REAL, UT_ONLY, Outcome,
+                                                 main_name)
 
 
 def plot_examples(outcome: Outcome) -> plt.Figure:
@@ -36,7 +37,7 @@ def plot_privacy_utility(outcome: Outcome) -> plt.Figure:
     patient-bootstrap SEs; the margins of the ablation are joined by a line."""
     points = privacy_utility_points(outcome)
     figure, axis = plt.subplots(figsize=(6.5, 4.5))
-    margins = [name for name in points.index if name.startswith("L_id + L_ut")]
+    margins = [main_name(m) for m in outcome.config.margins if main_name(m) in points.index]  # loosest first
     line = points.loc[margins]
     axis.plot(line["own closer"], line["AUROC"], "-", color="tab:blue", alpha=0.5)
     for name, row in points.iterrows():
