@@ -26,6 +26,26 @@ def _show(axis, image: np.ndarray, label: str = "") -> None:
         axis.set_title(label, fontsize=7)
 
 
+def _placeholder(text: str):
+    """A small figure that says why there is nothing to draw."""
+    figure, axis = plt.subplots(figsize=(4, 1))
+    axis.axis("off")
+    axis.text(0.5, 0.5, text, ha="center", va="center")
+    return figure
+
+
+def _column_grid(columns: list[tuple[str, np.ndarray]], title: str, size: float = 1.45):
+    """Images in columns (label, (rows, C, H, W)), labels on the first row."""
+    rows = len(columns[0][1])
+    figure, axes = plt.subplots(rows, len(columns), figsize=(size * len(columns), size * rows), squeeze=False)
+    for c, (label, images) in enumerate(columns):
+        for r in range(rows):
+            _show(axes[r, c], images[r], label if r == 0 else "")
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
 def plot_scores(outcome: Outcome, top: int = 10):
     """Contribution scores per style layer (every channel a dot) and the ``top`` best channels (paper Eq. 10)."""
     frame = outcome.channels
@@ -88,23 +108,13 @@ def plot_strengths(outcome: Outcome, image_set: str = "generated"):
     """Our top-channel edit at every alpha on a few images of ``image_set`` (paper Fig. 9)."""
     example = outcome.samples["examples"].get(image_set)
     if example is None:
-        figure, axis = plt.subplots(figsize=(4, 1))
-        axis.axis("off")
-        axis.text(0.5, 0.5, f"no {image_set} images in this run", ha="center", va="center")
-        return figure
+        return _placeholder(f"no {image_set} images in this run")
     alphas = outcome.config.strengths
     columns = [("real image", example["targets"])] if "targets" in example else []
     columns += [("projection" if "targets" in example else "original", example["originals"])]
     columns += [(f"alpha {alpha:g}", example["edits"][(OURS, alpha)]) for alpha in alphas
                 if (OURS, alpha) in example["edits"]]
-    rows = len(example["originals"])
-    figure, axes = plt.subplots(rows, len(columns), figsize=(1.4 * len(columns), 1.45 * rows), squeeze=False)
-    for c, (label, images) in enumerate(columns):
-        for r in range(rows):
-            _show(axes[r, c], images[r], label if r == 0 else "")
-    figure.suptitle(f"Top-channel edit (Eq. 11) at increasing strength, {image_set} images", fontsize=9)
-    figure.tight_layout()
-    return figure
+    return _column_grid(columns, f"Top-channel edit (Eq. 11) at increasing strength, {image_set} images")
 
 
 def plot_methods(outcome: Outcome, image_set: str = "generated"):
@@ -112,21 +122,11 @@ def plot_methods(outcome: Outcome, image_set: str = "generated"):
     example = outcome.samples["examples"].get(image_set)
     alpha = outcome.config.table_alpha
     if example is None:
-        figure, axis = plt.subplots(figsize=(4, 1))
-        axis.axis("off")
-        axis.text(0.5, 0.5, f"no {image_set} images in this run", ha="center", va="center")
-        return figure
+        return _placeholder(f"no {image_set} images in this run")
     columns = [("reference", example["originals"])]
     columns += [(method, example["edits"][(method, alpha)]) for method in METHODS
                 if (method, alpha) in example["edits"]]
-    rows = len(example["originals"])
-    figure, axes = plt.subplots(rows, len(columns), figsize=(1.5 * len(columns), 1.5 * rows), squeeze=False)
-    for c, (label, images) in enumerate(columns):
-        for r in range(rows):
-            _show(axes[r, c], images[r], label if r == 0 else "")
-    figure.suptitle(f"Methods at matched edit strength (alpha {alpha:g}), {image_set} images", fontsize=9)
-    figure.tight_layout()
-    return figure
+    return _column_grid(columns, f"Methods at matched edit strength (alpha {alpha:g}), {image_set} images", 1.5)
 
 
 def plot_tradeoff(outcome: Outcome, image_set: str = "generated"):
@@ -215,10 +215,7 @@ def plot_ablation(outcome: Outcome):
     """Samples of the Table 3 generators (paper Fig. 7)."""
     samples = outcome.ablation_samples
     if not samples:
-        figure, axis = plt.subplots(figsize=(4, 1))
-        axis.axis("off")
-        axis.text(0.5, 0.5, "ablation not run", ha="center", va="center")
-        return figure
+        return _placeholder("ablation not run")
     columns = min(len(images) for images in samples.values())
     figure, axes = plt.subplots(len(samples), columns, figsize=(1.2 * columns, 1.3 * len(samples)), squeeze=False)
     for r, (variant, images) in enumerate(samples.items()):

@@ -299,13 +299,6 @@ def render(generator: StyleGenerator, codes: StyleCodes, batch_size: int = 64) -
     return to_unit_range(torch.cat(parts)).clamp(0, 1)
 
 
-@torch.no_grad()
-def render_ws(generator: StyleGenerator, ws: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
-    """Images ``(N, C, R, R)`` in [0, 1] of ws, on the CPU."""
-    parts = [generator.synthesis(ws[i:i + batch_size]).cpu() for i in range(0, len(ws), batch_size)]
-    return to_unit_range(torch.cat(parts)).clamp(0, 1)
-
-
 def score_channels(generator: StyleGenerator, codes: StyleCodes, masks: torch.Tensor,
                    chunk_size: int) -> tuple[ChannelScores, dict]:
     """Contribution scores of every S channel (Eq. 8-10) and the speed of their JVPs against plain forwards.
