@@ -217,24 +217,6 @@ def test_ablation_loss_is_a_differentiable_weighted_tap_distance():
     assert fake.grad is not None and not any(p.grad is not None for p in network.parameters())
 
 
-def test_generator_lookup_finds_a_cached_generator_of_another_package_source(tmp_path, monkeypatch):
-    from anonpaper.cache import ArtifactCache
-    from anonpaper.experiments.generators import Config as GeneratorsConfig
-    from anonpaper.experiments.generators import generator_description
-
-    monkeypatch.setenv("ANONPAPER_CACHE", str(tmp_path))
-    generator_config = GeneratorsConfig(retina_patients=6, cxr_patients=4, fundus_sg3t_kimg=0.016, weights_dir=None)
-    generator = StyleGenerator(generator_config.stylegan_config(pipeline.KIND), seed=7)
-    artifact = {"generator_ema": generator.state_dict(), "kimg": 0.016, "history": {}, "seconds": 1.0,
-                "resumed_from_kimg": 0.0,
-                "description": generator_description(pipeline.KIND, generator_config)}
-    ArtifactCache("stylegan-generators").save({"another": "source"}, artifact, include_source=False)
-    trained, note = pipeline.load_fundus_generator(generator_config)
-    assert "earlier package source" in note and trained.source == "cache"
-    for key, value in generator.state_dict().items():
-        assert torch.equal(trained.generator.state_dict()[key], value)
-
-
 def test_first_jvp_of_a_process_prints_no_warning():
     """torch loads its JVP decompositions with torch.jit.script on the first JVP, which warns (a stderr block on a
     notebook page); jvp_columns silences that one warning."""

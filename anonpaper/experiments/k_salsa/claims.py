@@ -158,7 +158,7 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
         ours={f"k={row.k}": {"remainder": row.remainder, "min size": row.min_size, "max size": row.max_size}
               for row in table.itertuples()},
         holds=ok,
-        reason=(f"smallest cluster / k: " + ", ".join(f"{row.min_size}/{row.k}" for row in table.itertuples())
+        reason=("smallest cluster / k: " + ", ".join(f"{row.min_size}/{row.k}" for row in table.itertuples())
                 + (f"; N = {int(table['images'].iloc[0])} leaves a remainder at k = "
                    f"{', '.join(str(k) for k in with_remainder['k'])}" if len(with_remainder)
                    else "; no k leaves a remainder at this N (the check is then trivial)")),

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from anonpaper.data import load_cohort
 from anonpaper.experiments.generators import Config as GeneratorsConfig
 from anonpaper.experiments.generators import load_generator
-from anonpaper.experiments.generators.pipeline import FEATURE_MASKS, load_images, to_cohort_size, unet_features
+from anonpaper.experiments.generators.pipeline import FEATURE_MASKS, load_images, unet_features
 from anonpaper.experiments.k_salsa.config import Config
 from anonpaper.methods.ksalsa import (cluster_members, k_salsa_synthesize, k_same_pixel_average,
                                       latent_centroid_images, same_size_clusters)

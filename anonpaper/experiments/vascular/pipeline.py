@@ -38,9 +38,8 @@ import torch.nn.functional as F
 from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
 from anonpaper.experiments.generators import Config as GeneratorsConfig
-from anonpaper.experiments.generators import TrainedGenerator, generator_description, load_generator
-from anonpaper.experiments.generators.pipeline import (CACHE_NAMESPACE, generate, load_images, to_cohort_size,
-                                                       training_config, unet_features)
+from anonpaper.experiments.generators import TrainedGenerator, load_generator
+from anonpaper.experiments.generators.pipeline import generate, load_images, training_config, unet_features
 from anonpaper.methods.jacobian_edit import ChannelScores, contribution_scores, edit_channels, jvp_columns
 from anonpaper.methods.sspace_baselines import (LatentCoordinates, lowrank_directions, region_gram_matrices,
                                                 resefa_directions, step_for_image_change, stylespace_channels,
@@ -52,7 +51,7 @@ from anonpaper.metrics.quality import domain_lpips, feature_tap_distance
 from anonpaper.models.keypoints import fs_sr
 from anonpaper.models.stylegan import (ResidualDiscriminator, StyleCodes, StyleGenerator, project, style_statistics,
                                        to_unit_range)
-from anonpaper.runtime import content_hash, derive_seed, get_device
+from anonpaper.runtime import derive_seed, get_device
 from anonpaper.train.gan import train_gan
 from anonpaper.train.pretrained import (cohort_description, trained_exudate_segmenter, trained_keypoint_detector,
                                         trained_segmenter)
@@ -73,38 +72,15 @@ EXUDATE_THRESHOLD = 0.5  # an image is labelled "hard exudates present" when any
 def load_fundus_generator(generator_config: GeneratorsConfig, progress: bool = False) -> tuple[TrainedGenerator, str]:
     """The generators chapter's fundus StyleGAN3-T for ``generator_config``, and a note on where it came from.
 
-    :func:`anonpaper.experiments.generators.load_generator` keys its cache on the package's source hash, so any
-    edit anywhere in the package after the generators chapter ran makes it miss and retrain. Before retraining,
-    this looks for a cached generator with the same description (architecture, recipe, data, seed) trained under
-    another package source, and says so in the note; only when there is none does it train.
+    The artifact cache keys the generator on the source of the generators chapter's import closure, so this
+    chapter's own edits never make it miss; it trains only when neither shipped weights nor the cache hold it.
 
     Returns:
-        ``(trained generator, note)``; the note is empty when the generator came from the ordinary lookup.
+        ``(trained generator, note)``; the note says when the generator had to be trained in this run.
     """
-    try:
-        return load_generator(KIND, generator_config, train=False, progress=progress), ""
-    except LookupError:
-        pass
-    target = content_hash(generator_description(KIND, generator_config))
-    directory = ArtifactCache(CACHE_NAMESPACE).directory
-    candidates = sorted(directory.glob("*.pt"), key=lambda path: path.stat().st_mtime, reverse=True) \
-        if directory.is_dir() else []
-    for path in candidates:
-        try:
-            artifact = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception:  # a partial or foreign file: not ours
-            continue
-        if not isinstance(artifact, dict) or content_hash(artifact.get("description")) != target:
-            continue
-        generator = StyleGenerator(generator_config.stylegan_config(KIND), seed=0)
-        generator.load_state_dict(artifact["generator_ema"])
-        trained = TrainedGenerator(KIND, generator.eval(), "cache", artifact["kimg"],
-                                   pd.DataFrame(artifact["history"]), artifact["seconds"],
-                                   artifact["resumed_from_kimg"], path.stem)
-        return trained, (f"loaded the generators chapter's cached {KIND} ({path.stem}), trained under an earlier "
-                         "package source (the description matches; the cache key, which includes the source "
-                         "hash, does not)")
-    return load_generator(KIND, generator_config, train=True, progress=progress), "trained now (none cached)"
+    trained = load_generator(KIND, generator_config, train=True, progress=progress)
+    note = "trained in this run (the generators chapter had not cached it)" if trained.source == "trained" else ""
+    return trained, note
 
 
 @dataclass
