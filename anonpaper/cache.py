@@ -25,7 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from anonpaper.runtime import LOWER_LAYERS, cache_dir, content_hash, import_closure, module_files, package_source_hash
+from anonpaper.runtime import (LOWER_LAYERS, cache_dir, content_hash, import_closure, isolated_rng, module_files,
+                               package_source_hash)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -120,6 +121,9 @@ class ArtifactCache:
         """Load the artifact for ``description`` if cached, otherwise ``build()`` it, save it and return it."""
         if self.exists(description, include_source):
             return self.load(description, include_source, map_location)
-        artifact = build()
+        # Built under generators seeded from the description: the artifact does not depend on what this process
+        # drew before (which networks were cached), and the caller's random state is the same after a hit or a miss.
+        with isolated_rng(int(content_hash(description)[:15], 16)):
+            artifact = build()
         self.save(description, artifact, include_source)
         return artifact

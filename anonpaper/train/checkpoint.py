@@ -2,36 +2,18 @@
 
 A training loop saves ``{"step": ..., "model": ..., "optimizer": ..., "rng": capture_rng_state(), ...}`` every
 so often with :func:`save_checkpoint`; after an interruption :func:`load_checkpoint` returns it and
-:func:`restore_rng_state` puts the random generators back, so the resumed run continues as if never stopped.
+:func:`anonpaper.runtime.restore_rng_state` puts the random generators back, so the resumed run continues as if
+never stopped.
 """
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from anonpaper.cache import atomic_torch_save
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """The states of Python's, NumPy's and PyTorch's global generators (CPU and, if present, CUDA)."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    """Inverse of :func:`capture_rng_state`."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:

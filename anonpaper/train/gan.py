@@ -71,8 +71,8 @@ from torch import nn
 from anonpaper.models.stylegan.augment import AdaptiveAugmentController, adaptive_augment, diff_augment
 from anonpaper.models.stylegan.config import get_config
 from anonpaper.models.stylegan.layers import to_signed_range, to_unit_range
-from anonpaper.runtime import get_device
-from anonpaper.train.checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
+from anonpaper.runtime import capture_rng_state, get_device, restore_rng_state
+from anonpaper.train.checkpoint import load_checkpoint, save_checkpoint
 from anonpaper.train.loop import as_image_tensor
 
 CHECKPOINT_FORMAT = "anonpaper.gan/1"

@@ -27,8 +27,8 @@ import pandas as pd
 import torch
 from torch import nn
 
-from anonpaper.runtime import content_hash, get_device
-from anonpaper.train.checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
+from anonpaper.runtime import capture_rng_state, content_hash, get_device, restore_rng_state
+from anonpaper.train.checkpoint import load_checkpoint, save_checkpoint
 
 CHECKPOINT_FORMAT = "anonpaper.fit/1"
 
