@@ -5,7 +5,8 @@ The chapter ``notebooks/03_vascular_sspace.ipynb`` imports this face: :class:`Co
 on the generators chapter's fundus StyleGAN3-T), the paper-beside-ours tables, the claims and the figures.
 """
 
-from anonpaper.experiments.vascular.analysis import (PAPER_TABLE2, PAPER_TABLE3, generator_table, instruments_table,
+from anonpaper.experiments.vascular.analysis import (PAPER_TABLE2, PAPER_TABLE3, discussion, generator_table,
+                                                     instruments_table,
                                                      layer_table, missing_reasons, seconds_table, speed_table,
                                                      sweep_table, table2, table3, top_channels_table, tradeoff_table)
 from anonpaper.experiments.vascular.claims import evaluate_claims
@@ -15,7 +16,7 @@ from anonpaper.experiments.vascular.figures import (plot_ablation, plot_channel_
                                                     plot_strengths, plot_tradeoff)
 from anonpaper.experiments.vascular.pipeline import ABLATIONS, METHODS, Outcome, run
 
-__all__ = ["ABLATIONS", "Config", "METHODS", "Outcome", "PAPER_TABLE2", "PAPER_TABLE3", "evaluate_claims",
+__all__ = ["ABLATIONS", "Config", "METHODS", "Outcome", "PAPER_TABLE2", "PAPER_TABLE3", "discussion", "evaluate_claims",
            "generator_table", "instruments_table", "layer_table", "missing_reasons", "plot_ablation", "plot_channel_edits",
            "plot_gradient", "plot_methods", "plot_metrics_by_strength", "plot_privacy_utility", "plot_scores",
            "plot_strengths", "plot_tradeoff", "run", "seconds_table", "speed_table", "sweep_table", "table2",

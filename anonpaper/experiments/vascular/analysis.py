@@ -170,6 +170,52 @@ def seconds_table(outcome: Outcome) -> pd.DataFrame:
     return pd.DataFrame([{"stage": stage, "seconds": value} for stage, value in outcome.seconds.items()])
 
 
-__all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "generator_table", "instruments_table", "layer_table", "missing_reasons",
+
+def discussion(outcome: Outcome, claims) -> str:
+    """The discussion's bullet points (markdown), every number from this run: the vessel instrument, the paper
+    claims that did not reproduce or stayed undecided with their reasons, our Table 2 row beside the paper's, what
+    the projection alone removes, and Table 3.
+
+    Args:
+        outcome: The run.
+        claims: Its claims (:func:`~anonpaper.experiments.vascular.evaluate_claims` of ``outcome``).
+    """
+    alpha = outcome.config.table_alpha
+    vessels = outcome.vessels
+    lines = [f"- **Vessels in generated images.** The vessel U-Net finds a vessel-pixel fraction of "
+             f"{vessels['generated']:.4f} in generated images against {vessels['real']:.4f} in real ones resampled "
+             f"the same way ({vessels['fallback_masks']} of {vessels['T']} score images had none). "
+             + ("The instrument check failed: the contribution scores are scores of noise, and the claims on them "
+                "are undecided, not refuted." if vessels["check"] else "The instrument check passed.")]
+    for claim in claims:
+        if claim.kind == "paper" and claim.verdict != "holds":
+            heading = "Not reproduced" if claim.verdict == "does not hold" else "Not confirmed (undecided)"
+            lines.append(f"- **{heading}: {claim.id}.** {claim.reason}.")
+    ours = outcome.row("generated", OURS, alpha)
+    if ours:
+        paper = dict(zip(("fd", "lpips", "fs_sift", "fs_sr", "rroi", "ams"), PAPER_TABLE2[OURS]))
+        lines.append(f"- **Table 2, ours at alpha {alpha:g}** (paper in brackets): " + ", ".join(
+            f"{name} {ours.get(key, float('nan')):.3f} ({paper[key]:g})".replace("nan", "undefined")
+            for key, name in (("fs_sift", "FS_SIFT"), ("fs_sr", "FS_SR"), ("rroi", "RROI"), ("ams", "AMS"),
+                              ("lpips", "LPIPS")))
+            + "; our FD is on the vessel U-Net's features and not comparable with the paper's FID.")
+    real = outcome.row("real", "unedited", 0.0)
+    if real:
+        target = outcome.row("real", "real image (not projected)", 0.0)
+        lines.append(f"- **Projection and the attacker.** The attacker re-identifies {real['rank1']:.0%} of the "
+                     f"unedited W+ projections of real test images against the other images of all test patients, "
+                     f"and {target['rank1']:.0%} of the real images themselves: what the edit can add to privacy on "
+                     "real images is bounded by what the projection already removes.")
+    ablation = table3(outcome)
+    if not ablation.empty:
+        rows = ablation.to_dict("records")
+        lines.append("- **Table 3.** FD on the vessel U-Net's taps by variant: "
+                     + ", ".join(f"{row['variant']} {row['FD (vessel U-Net)']:.1f}" for row in rows)
+                     + "; on the attacker's embedding: "
+                     + ", ".join(f"{row['variant']} {row['FD (attacker embedding)']:.2f}" for row in rows)
+                     + f" (paper FID: plain {PAPER_TABLE3['plain'][0]}, +both {PAPER_TABLE3['+both'][0]}).")
+    return "\n".join(lines)
+
+__all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "discussion", "generator_table", "instruments_table", "layer_table", "missing_reasons",
            "seconds_table",
            "speed_table", "sweep_table", "table2", "table3", "top_channels_table", "tradeoff_table"]
