@@ -46,6 +46,24 @@ def _beyond(difference: float, se: float) -> bool | None:
     return difference > 0
 
 
+def _against_baseline(outcome: Outcome, ks: list[int], baseline: str, column: str, se_column: str,
+                      higher_is_better: bool) -> tuple[dict[int, bool | None], dict, str]:
+    """k-SALSA against ``baseline`` at every k on ``column``: per-k verdicts (True: k-SALSA better beyond noise,
+    False: worse, None: within noise), the ``ours`` numbers and the reason."""
+    sign = 1.0 if higher_is_better else -1.0
+    verdicts = {}
+    for k in ks:
+        aligned, base = outcome.row(k, "k-SALSA"), outcome.row(k, baseline)
+        verdicts[k] = _beyond(sign * (aligned[column] - base[column]), float(np.hypot(aligned[se_column],
+                                                                                      base[se_column])))
+    ours = {f"k={k}": {baseline: round(outcome.row(k, baseline)[column], 3),
+                       "k-SALSA": round(outcome.row(k, "k-SALSA")[column], 3)} for k in ks}
+    better, worse = ("higher", "lower") if higher_is_better else ("lower", "higher")
+    reason = "; ".join(f"k={k}: {'within noise' if v is None else (better if v else worse)}"
+                       for k, v in verdicts.items())
+    return verdicts, ours, reason
+
+
 def utility_check(outcome: Outcome) -> str | None:
     """None when the DR classifier trained on the private real images beats chance (QWK > 0 beyond noise)."""
     reference = outcome.reference
@@ -98,21 +116,13 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
         n=pool, min_n=config.min_test_images))
 
     # 3. k-SALSA resists membership inference better than k-same pixel averaging at equal k.
-    verdicts = {}
-    for k in ks:
-        pixel, aligned = outcome.row(k, "k-same pixel"), outcome.row(k, "k-SALSA")
-        verdicts[k] = _beyond(pixel["membership_precision"] - aligned["membership_precision"],
-                              float(np.hypot(pixel["membership_se"], aligned["membership_se"])))
+    verdicts, ours, reason = _against_baseline(outcome, ks, "k-same pixel", "membership_precision", "membership_se",
+                                               higher_is_better=False)
     claims.append(decide(
         "k-salsa-membership-below-pixel", "Membership inference is weaker against k-SALSA than against k-same pixel "
                                           "averaging at equal k",
         paper=f"{PAPER}: k-SALSA mitigates membership inference compared with k-same averaging",
-        ours={f"k={k}": {"k-same pixel": round(outcome.row(k, "k-same pixel")["membership_precision"], 3),
-                         "k-SALSA": round(outcome.row(k, "k-SALSA")["membership_precision"], 3)} for k in ks},
-        holds=_combine(verdicts),
-        reason="; ".join(f"k={k}: {'within noise' if v is None else ('lower' if v else 'higher')}"
-                         for k, v in verdicts.items()),
-        n=pool, min_n=config.min_test_images))
+        ours=ours, holds=_combine(verdicts), reason=reason, n=pool, min_n=config.min_test_images))
 
     # 4. Utility falls with k (QWK of the classifier trained on k-SALSA images).
     rows = [outcome.row(k, "k-SALSA") for k in ks]
@@ -128,20 +138,12 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
         n=n_test, min_n=config.min_test_images)
 
     # 5. Alignment improves utility over the plain centroid (the paper's classification result).
-    verdicts = {}
-    for k in ks:
-        centroid, aligned = outcome.row(k, "centroid"), outcome.row(k, "k-SALSA")
-        verdicts[k] = _beyond(aligned["qwk"] - centroid["qwk"], float(np.hypot(aligned["qwk_se"], centroid["qwk_se"])))
+    verdicts, ours, reason = _against_baseline(outcome, ks, "centroid", "qwk", "qwk_se", higher_is_better=True)
     utility_alignment = decide(
         "k-salsa-alignment-utility", "A DR classifier trained on k-SALSA images grades real images better (QWK) than "
                                      "one trained on the plain centroids at equal k",
         paper=f"{PAPER}: k-SALSA improves classification over the centroid and k-same baselines",
-        ours={f"k={k}": {"centroid": round(outcome.row(k, "centroid")["qwk"], 3),
-                         "k-SALSA": round(outcome.row(k, "k-SALSA")["qwk"], 3)} for k in ks},
-        holds=_combine(verdicts),
-        reason="; ".join(f"k={k}: {'within noise' if v is None else ('higher' if v else 'lower')}"
-                         for k, v in verdicts.items()),
-        n=n_test, min_n=config.min_test_images)
+        ours=ours, holds=_combine(verdicts), reason=reason, n=n_test, min_n=config.min_test_images)
     failed = utility_check(outcome)
     for claim in (utility_falls, utility_alignment):
         claims.append(instrument_failed(claim, "DR classifier", failed) if failed else claim)
