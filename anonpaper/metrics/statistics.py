@@ -1,6 +1,8 @@
 """Uncertainty of test-set metrics and the decision rules the chapters' claims use.
 
-Images of one patient are correlated, so standard errors resample whole patients (:func:`patient_bootstrap_se`).
+Images of one patient are correlated, so standard errors resample whole patients (:func:`patient_bootstrap_se`);
+a score averaged over networks trained with several seeds adds the seed spread to that error
+(:func:`combine_seeds`).
 A claim compares numbers with their noise through :func:`sequence_falls` and :func:`beyond_noise`, both at
 ``z`` combined standard errors (the chapters use :data:`anonpaper.experiments.claims.DECISION_Z` = 2).
 """
@@ -16,7 +18,10 @@ def patient_bootstrap_se(truth: np.ndarray, prediction: np.ndarray, patients: np
                          metric: Callable[[np.ndarray, np.ndarray], float], resamples: int, seed: int) -> float:
     """Standard error of ``metric(truth, prediction)`` by resampling whole patients with replacement.
 
-    Several images of one patient are correlated; resampling patients keeps that in the error bar.
+    Several images of one patient are correlated; resampling patients keeps that in the error bar. A resample on
+    which the metric is undefined (NaN, e.g. an AUROC when the drawn patients lack a class) is ignored: the SE is
+    the standard deviation over the resamples where the metric is defined, so one such draw no longer turns the
+    whole SE into NaN. Ignored resamples are not redrawn.
 
     Args:
         truth: (N,) labels.
@@ -27,12 +32,17 @@ def patient_bootstrap_se(truth: np.ndarray, prediction: np.ndarray, patients: np
         seed: Seed of the draws.
 
     Returns:
-        The standard deviation of the metric over ``resamples`` bootstrap test sets (NaN if resamples < 2).
+        The standard deviation of the metric over the ``resamples`` bootstrap test sets on which it is defined
+        (NaN when fewer than 2 are).
 
     Example:
         >>> truth = np.array([0, 1, 0, 1]); patients = np.array(["a", "a", "b", "b"])
         >>> patient_bootstrap_se(truth, truth, patients, lambda t, p: float(np.mean(t == p)), 50, 0)
         0.0
+        >>> only_a_is_positive = lambda t, p: float(np.mean(p[t == 1])) if (t == 1).any() else float("nan")
+        >>> truth = np.array([1, 0, 0, 0]); patients = np.array(["a", "b", "c", "d"])
+        >>> bool(np.isfinite(patient_bootstrap_se(truth, np.array([1, 0, 1, 0]), patients, only_a_is_positive, 50, 0)))
+        True
     """
     truth, prediction, patients = np.asarray(truth), np.asarray(prediction), np.asarray(patients)
     if not (truth.shape == prediction.shape == patients.shape) or truth.ndim != 1:
@@ -48,7 +58,43 @@ def patient_bootstrap_se(truth: np.ndarray, prediction: np.ndarray, patients: np
         chosen = rng.integers(0, len(unique), len(unique))
         rows = np.concatenate([members[index] for index in chosen])
         values.append(metric(truth[rows], prediction[rows]))
-    return float(np.std(values, ddof=1))
+    values = np.asarray(values, dtype=np.float64)
+    values = values[~np.isnan(values)]
+    return float(np.std(values, ddof=1)) if len(values) >= 2 else float("nan")
+
+
+def combine_seeds(values: list[float] | np.ndarray, errors: list[float] | np.ndarray) -> tuple[float, float, float]:
+    """A score over networks trained with different seeds: its mean, an SE with both noises, and the seed spread.
+
+    Each network is scored on the same test set with a test-patient bootstrap SE; the networks differ only in
+    their training seed. The mean's SE adds the spread between seeds (training randomness, large for small
+    training sets) to the bootstrap SE: ``sqrt(mean(se_boot^2) + var(seeds) / seeds)``, where ``var`` is the
+    sample variance over seeds (``ddof=1``; 0 for one seed, so one seed gives back its bootstrap SE).
+
+    Args:
+        values: (S,) the score of each seed's network.
+        errors: (S,) the patient-bootstrap SE of each score.
+
+    Returns:
+        ``(mean, se, seed_sd)``: the mean over seeds, the combined standard error and the standard deviation
+        between seeds (0 for one seed).
+
+    Raises:
+        ValueError: When ``values`` is empty or ``errors`` has another length.
+
+    Example:
+        >>> mean, se, seed_sd = combine_seeds([0.4, 0.6], [0.04, 0.04])
+        >>> round(mean, 3), round(se, 3), round(seed_sd, 3)
+        (0.5, 0.108, 0.141)
+        >>> combine_seeds([0.7], [0.03])
+        (0.7, 0.03, 0.0)
+    """
+    values, errors = np.asarray(values, dtype=np.float64), np.asarray(errors, dtype=np.float64)
+    if values.ndim != 1 or len(values) == 0 or errors.shape != values.shape:
+        raise ValueError(f"need one score and one SE per seed, got shapes {values.shape} and {errors.shape}")
+    count = len(values)
+    spread = float(values.std(ddof=1)) if count > 1 else 0.0
+    return float(values.mean()), float(np.sqrt(np.mean(errors**2) + spread**2 / count)), spread
 
 
 def beyond_noise(difference: float, errors: tuple[float, ...] | list[float], z: float = 2.0) -> bool:

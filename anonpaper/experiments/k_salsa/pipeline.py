@@ -54,7 +54,7 @@ from anonpaper.metrics.distribution import frechet_distance, kernel_inception_di
 from anonpaper.metrics.identity import keypoint_similarity, sift_features
 from anonpaper.metrics.privacy import cluster_membership, cluster_membership_top_k_precision
 from anonpaper.metrics.quality import feature_tap_distance, psnr, ssim
-from anonpaper.metrics.statistics import patient_bootstrap_se
+from anonpaper.metrics.statistics import combine_seeds, patient_bootstrap_se
 from anonpaper.models.classifiers import build_classifier
 from anonpaper.models.encoders import LatentEncoder
 from anonpaper.models.stylegan import project, to_unit_range
@@ -418,7 +418,7 @@ def utility(model, data: PrivateData, config: Config, tag: str) -> dict[str, flo
 def over_seeds(scores: list[dict[str, float]]) -> dict[str, float]:
     """Utility of one release over classifiers trained with different seeds: the mean of each score, and an SE that
     adds the spread between seeds (training randomness, large for a few dozen training images) to the test-patient
-    bootstrap SE: ``sqrt(mean(se_boot^2) + var(seeds) / seeds)``.
+    bootstrap SE (:func:`anonpaper.metrics.statistics.combine_seeds`).
 
     >>> row = over_seeds([{"accuracy": 0.5, "accuracy_se": 0.03, "qwk": 0.4, "qwk_se": 0.04, "n_test": 9,
     ...                    "predicted_classes": 3},
@@ -431,12 +431,8 @@ def over_seeds(scores: list[dict[str, float]]) -> dict[str, float]:
     row: dict[str, float] = {"n_test": scores[0]["n_test"], "seeds": count,
                              "predicted_classes": int(np.median([score["predicted_classes"] for score in scores]))}
     for name in ("accuracy", "qwk"):
-        values = np.array([score[name] for score in scores], dtype=np.float64)
-        errors = np.array([score[f"{name}_se"] for score in scores], dtype=np.float64)
-        spread = float(values.std(ddof=1)) if count > 1 else 0.0
-        row[name] = float(values.mean())
-        row[f"{name}_se"] = float(np.sqrt(np.mean(errors**2) + spread**2 / count))
-        row[f"{name}_seed_sd"] = spread
+        row[name], row[f"{name}_se"], row[f"{name}_seed_sd"] = combine_seeds(
+            [score[name] for score in scores], [score[f"{name}_se"] for score in scores])
     return row
 
 
