@@ -59,6 +59,21 @@ def test_skip_when_unchanged_and_rerun_on_change(fixture_project):
     assert not forced.skipped
 
 
+def test_skip_follows_the_modules_the_run_imported(fixture_project):
+    """Code elsewhere in the package changing (the whole-package hash differs) does not rerun a study; a change in
+    a module the run imported does."""
+    registry = load_registry(fixture_project)
+    first = run_study(registry, "fixture_a", "smoke", log=_quiet, progress_bar=False)
+    record = read_record(first.record_path)
+    assert "anonpaper.runtime" in record["environment"]["package_modules"]
+    record["environment"]["package_source_hash"] = "another-chapter-landed"
+    first.record_path.write_text(json.dumps(record))
+    assert run_study(registry, "fixture_a", "smoke", log=_quiet, progress_bar=False).skipped
+    record["environment"]["package_modules"]["anonpaper.runtime"] = "0" * 16
+    first.record_path.write_text(json.dumps(record))
+    assert not run_study(registry, "fixture_a", "smoke", log=_quiet, progress_bar=False).skipped
+
+
 def test_same_seed_gives_identical_metrics(fixture_project):
     registry = load_registry(fixture_project)
     first = read_record(run_study(registry, "fixture_a", "smoke", log=_quiet, progress_bar=False).record_path)

@@ -28,9 +28,9 @@ from typing import Any, Callable
 import yaml
 
 from anonpaper.cache import atomic_write_bytes
-from anonpaper.runner.record import read_record
+from anonpaper.runner.record import changed_modules, read_record, results_from_older_code
 from anonpaper.runner.studies import Registry
-from anonpaper.runtime import git_sha, module_source_hashes, package_source_hash
+from anonpaper.runtime import git_sha, package_source_hash
 
 CHAPTER_PREFIX = "chapters/"
 RESULTS_DIR = "results"
@@ -134,32 +134,6 @@ def chapter_notes(record: dict[str, Any], failed_record: dict[str, Any] | None, 
                      f"({what}). Rerun the chapter to refresh them: "
                      f"`anonpaper run {record.get('study')} --profile {record.get('profile')}`.\n```")
     return notes
-
-
-def changed_modules(record: dict[str, Any]) -> list[str] | None:
-    """The package modules a run used whose source has changed since (or gone), from its record.
-
-    Args:
-        record: A results record; its ``environment.package_modules`` holds the hash of every package module the
-            run had imported (:func:`anonpaper.runtime.module_source_hashes`).
-
-    Returns:
-        Sorted module names (empty when the run's code is unchanged), or None for a record without module
-        hashes (older records: the caller compares the whole-package hash instead).
-    """
-    recorded = (record.get("environment") or {}).get("package_modules")
-    if not recorded:
-        return None
-    current = module_source_hashes(recorded)
-    return sorted(name for name, digest in recorded.items() if current.get(name) != digest)
-
-
-def results_from_older_code(record: dict[str, Any], current_package_hash: str) -> bool:
-    """Whether the code behind a record has changed: its modules where the record lists them, else the package."""
-    changed = changed_modules(record)
-    if changed is None:
-        return (record.get("environment") or {}).get("package_source_hash") != current_package_hash
-    return bool(changed)
 
 
 def annotate_chapter(notebook: dict[str, Any], lines: list[str]) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """Executing notebooks with papermill into ``runs/<profile>/`` and completing their results records.
 
-A run is skipped when its record says "ok" and its fingerprint (notebook bytes, injected parameters, package
-source hash) is unchanged, so ``reproduce`` resumes after an interruption without redoing finished notebooks.
+A run is skipped when its record says "ok", its fingerprint (notebook bytes, injected parameters) is unchanged and
+none of the package modules the run imported has changed since (the record keeps their source hashes; a record
+without them falls back to the whole-package hash), so ``reproduce`` resumes after an interruption without redoing
+finished notebooks, and an edit to one chapter does not rerun the others.
 
 Parameters are checked (names, types, obvious ranges; see :meth:`Study.check_parameters`) before a kernel starts.
 A notebook executes into a hidden ``.NAME.running.ipynb``; a success becomes ``NAME.ipynb`` + ``NAME.json`` (and
@@ -31,7 +33,7 @@ from typing import Any, Callable
 from jupyter_client.manager import AsyncKernelManager
 
 from anonpaper.cache import atomic_write_bytes
-from anonpaper.runner.record import RECORD_PATH_VARIABLE, SCHEMA, read_record
+from anonpaper.runner.record import RECORD_PATH_VARIABLE, SCHEMA, read_record, results_from_older_code
 from anonpaper.runner.studies import Registry, Study
 from anonpaper.runtime import content_hash, environment_info, package_source_hash
 
@@ -107,9 +109,10 @@ def run_paths(output_dir: Path, name: str) -> dict[str, Path]:
 
 
 def fingerprint(study: Study, injected: dict[str, Any]) -> str:
-    """Hash of what determines a run's outcome: the notebook, the injected parameters and the package code."""
+    """Hash of a run's inputs besides the package code: the notebook and the injected parameters (the code is
+    compared module by module, see :func:`record_is_current`)."""
     notebook_hash = hashlib.sha256(study.notebook.read_bytes()).hexdigest()
-    return content_hash({"notebook": notebook_hash, "parameters": injected, "package": package_source_hash()})
+    return content_hash({"notebook": notebook_hash, "parameters": injected})
 
 
 def resolve_parameters(study: Study, profile: str, overrides: dict[str, Any] | None = None
@@ -145,14 +148,16 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def record_is_current(record_path: Path, expected_fingerprint: str) -> bool:
-    """True when ``record_path`` holds an "ok" record with this fingerprint."""
+    """True when ``record_path`` holds an "ok" record with this fingerprint whose package modules are unchanged
+    (:func:`~anonpaper.runner.record.results_from_older_code`)."""
     if not record_path.is_file():
         return False
     try:
         record = read_record(record_path)
     except ValueError:
         return False
-    return record.get("status") == "ok" and record.get("fingerprint") == expected_fingerprint
+    return (record.get("status") == "ok" and record.get("fingerprint") == expected_fingerprint
+            and not results_from_older_code(record, package_source_hash()))
 
 
 def run_study(registry: Registry, name: str, profile: str, overrides: dict[str, Any] | None = None,

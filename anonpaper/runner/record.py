@@ -22,6 +22,7 @@ import numpy as np
 
 from anonpaper.experiments.chapter import ChapterConfig
 from anonpaper.experiments.claims import Claim
+from anonpaper.runtime import module_source_hashes
 
 SCHEMA = "anonpaper.results/1"
 RECORD_PATH_VARIABLE = "ANONPAPER_RECORD_PATH"
@@ -145,3 +146,29 @@ def read_record(path: str | Path) -> dict[str, Any]:
     if record.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema {record.get('schema')!r} is not {SCHEMA!r}")
     return record
+
+
+def changed_modules(record: dict[str, Any]) -> list[str] | None:
+    """The package modules a run used whose source has changed since (or gone), from its record.
+
+    Args:
+        record: A results record; its ``environment.package_modules`` holds the hash of every package module the
+            run had imported (:func:`anonpaper.runtime.module_source_hashes`).
+
+    Returns:
+        Sorted module names (empty when the run's code is unchanged), or None for a record without module
+        hashes (older records: the caller compares the whole-package hash instead).
+    """
+    recorded = (record.get("environment") or {}).get("package_modules")
+    if not recorded:
+        return None
+    current = module_source_hashes(recorded)
+    return sorted(name for name, digest in recorded.items() if current.get(name) != digest)
+
+
+def results_from_older_code(record: dict[str, Any], current_package_hash: str) -> bool:
+    """Whether the code behind a record has changed: its modules where the record lists them, else the package."""
+    changed = changed_modules(record)
+    if changed is None:
+        return (record.get("environment") or {}).get("package_source_hash") != current_package_hash
+    return bool(changed)
