@@ -58,7 +58,12 @@ def test_scores_match_finite_differences(config):
     masks[1] *= 0.5  # a soft mask: the weights enter the map, ||M||_0 still counts pixels
     chosen = [layout.index(layout.names[0], 1), layout.index(layout.names[1], 0), layout.index(layout.names[2], 5),
               layout.total_channels - 1]
+    trainable = [parameter.requires_grad for parameter in generator.parameters()]
+    assert any(trainable)
     result = contribution_scores(generator, codes, masks, channels=chosen, chunk_size=2, progress=False)
+    # The JVPs run with the generator frozen (no autograd graph) and give its parameters back as they were.
+    assert [parameter.requires_grad for parameter in generator.parameters()] == trainable
+    assert not result.per_image.requires_grad
     assert result.indices.tolist() == sorted(chosen)
     for j, index in enumerate(result.indices.tolist()):
         reference = _reference_score(_finite_difference_maps(generator, codes, index), masks)

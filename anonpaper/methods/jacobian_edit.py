@@ -124,12 +124,14 @@ def jvp_columns(render: Callable[[torch.Tensor], torch.Tensor], point: torch.Ten
     def push_forward(tangent: torch.Tensor) -> torch.Tensor:
         return jvp(render, (point,), (tangent,))[1]
 
-    # Forward-mode AD needs no autograd graph; no_grad keeps parameters that require grad from recording one.
-    # The first JVP of a process makes torch load its JVP decompositions with torch.jit.script, which emits a
-    # FutureWarning from inside torch (not actionable here; in a notebook it prints a stderr block on the page).
-    with torch.no_grad(), warnings.catch_warnings():
+    # Grad mode stays on: the generator's layers pick in-place activations when it is off, and an in-place op on
+    # a vmapped dual tensor costs torch a per-tangent loop (about 1.4x slower JVPs on sg3t-cpu64). Forward mode
+    # records no graph as long as nothing in ``render`` requires grad (style_channel_jacobians freezes the
+    # generator). The first JVP of a process makes torch load its JVP decompositions with torch.jit.script, which
+    # emits a FutureWarning from inside torch (not actionable; in a notebook it would be a stderr block).
+    with torch.enable_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
-        return vmap(push_forward)(tangents)
+        return vmap(push_forward)(tangents).detach()
 
 
 def resolve_channels(layout: StyleLayout, layers: Sequence[str] | None = None,
@@ -217,6 +219,9 @@ def style_channel_jacobians(generator, codes: StyleCodes, channels: torch.Tensor
     plan = [(layer, locals_[start:start + chunk_size]) for layer, locals_ in by_layer.items()
             for start in range(0, len(locals_), chunk_size)]
     bar = _progress(len(plan) * -(-total // group), progress, description)
+    frozen = [parameter for parameter in generator.parameters() if parameter.requires_grad]
+    for parameter in frozen:  # no autograd graph through the JVPs (see jvp_columns); restored below
+        parameter.requires_grad_(False)
     try:
         for start in range(0, total, group):
             images = slice(start, min(start + group, total))
@@ -233,6 +238,8 @@ def style_channel_jacobians(generator, codes: StyleCodes, channels: torch.Tensor
                 if bar is not None:
                     bar.update(1)
     finally:
+        for parameter in frozen:
+            parameter.requires_grad_(True)
         if bar is not None:
             bar.close()
 
@@ -287,8 +294,9 @@ def contribution_scores(generator, codes: StyleCodes, masks, layers: Sequence[st
             masks from a segmenter applied to ``G(codes)``); each must have a nonzero pixel.
         layers: Score only these style layers (default: all).
         channels: Score only these channels (flat indices or ``(layer, channel)`` pairs); exclusive with ``layers``.
-        chunk_size: Channels per vectorised JVP; results do not depend on it. Speed does: on one CPU core 4 was
-            the fastest for the 64 px StyleGAN3-T (``benchmarks/bench_jacobian.py``); a GPU likely wants more.
+        chunk_size: Channels per vectorised JVP; results do not depend on it. Speed does, a little: on one CPU
+            core 8 and 16 were within noise of each other for the 64 px StyleGAN3-T
+            (``benchmarks/bench_jacobian.py``); a GPU likely wants more.
         image_batch_size: Images per JVP group (None: all at once); results do not depend on it.
         progress: Show a tqdm bar over chunks.
 

@@ -14,7 +14,9 @@ materialises the zero-inserted tensor.
   Forward-mode AD (``torch.func.jvp``) and ``vmap`` are supported (the op is linear).
 * Small images (side after upsampling up to ``MATRIX_MAX_LENGTH`` = 320, every CPU config) use dense
   resampling matrices instead: ``upfirdn2d(x) = M_y @ x @ M_x^T`` with the zero insertion, padding, filter and
-  decimation all inside ``M`` (one GEMM per axis; plain autograd gives every derivative order, jvp and vmap).
+  decimation all inside ``M`` (one GEMM per axis), through the same ``autograd.Function`` (adjoint backward, so
+  every derivative order; its jvp is one resampling of the tangent, where plain matmul's forward-mode rule under
+  ``vmap`` also multiplies the constant matrix's zero tangent and adds it).
 * :func:`filtered_lrelu`: matrices up, leaky ReLU, strided depthwise convolutions down, for small images; the
   reference formulation otherwise, or (``POLYPHASE_FILTERED_LRELU``) StyleGAN3's filtered leaky ReLU kept in the
   polyphase domain from end to end: the
@@ -168,7 +170,7 @@ def _use_matrices(x: torch.Tensor, up: int) -> bool:
 
 def _upfirdn2d_matrices(x: torch.Tensor, taps: tuple[float, ...], up: int, down: int,
                         padding: tuple[int, int, int, int]) -> torch.Tensor:
-    """upfirdn2d as two matrix products, ``M_y @ x @ M_x^T``: plain autograd gives every derivative order."""
+    """upfirdn2d as two matrix products, ``M_y @ x @ M_x^T`` (the launcher of ``_MatrixUpFirDn2d``)."""
     pad_x0, pad_x1, pad_y0, pad_y1 = padding
     matrix_x = _resampling_matrix(taps, up, down, pad_x0, pad_x1, x.shape[3], x)
     matrix_y = _resampling_matrix(taps, up, down, pad_y0, pad_y1, x.shape[2], x)
@@ -227,6 +229,9 @@ def linear_upfirdn2d_function(launcher, generate_vmap_rule: bool):
 
 
 _UpFirDn2d = linear_upfirdn2d_function(_upfirdn2d_polyphase, generate_vmap_rule=True)
+# The matrix form through the same Function: under torch.func's vmap(jvp) (the S-space Jacobian) plain matmul's
+# forward-mode rule adds a product with the constant matrix's (zero) tangent; the Function's jvp is one resampling.
+_MatrixUpFirDn2d = linear_upfirdn2d_function(_upfirdn2d_matrices, generate_vmap_rule=True)
 
 
 def upfirdn2d(x: torch.Tensor, filter_1d: torch.Tensor | None, up: int = 1, down: int = 1,
@@ -249,7 +254,7 @@ def upfirdn2d(x: torch.Tensor, filter_1d: torch.Tensor | None, up: int = 1, down
         filter_1d = torch.ones(1)
     taps = _correlation_taps(filter_1d, gain)
     if _use_matrices(x, up):
-        return _upfirdn2d_matrices(x, taps, int(up), int(down), padding)
+        return _MatrixUpFirDn2d.apply(x, taps, int(up), int(down), padding)
     return _UpFirDn2d.apply(x, taps, int(up), int(down), padding)
 
 
@@ -300,7 +305,7 @@ def filtered_lrelu(x: torch.Tensor, up_filter: torch.Tensor | None, down_filter:
     if _use_matrices(x, up):
         if bias is not None:
             x = x + bias.to(x.dtype)[None, :, None, None]
-        u = _upfirdn2d_matrices(x, up_taps, up, 1, padding)
+        u = _MatrixUpFirDn2d.apply(x, up_taps, up, 1, padding)
         u = F.leaky_relu(u, slope) if torch.is_grad_enabled() else F.leaky_relu_(u, slope)
         if clamp is not None:
             u = u.clamp(-clamp / gain, clamp / gain)
