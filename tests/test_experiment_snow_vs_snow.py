@@ -96,6 +96,10 @@ def test_config_validates():
         tiny_config(p_values=(0.0, 0.3))
     with pytest.raises(ValueError, match="SEGMENTER"):
         tiny_config(segmenter="resnet")
+    for seeds in (0, -1, 1.5, "3"):
+        with pytest.raises(ValueError, match=f"TRAINING_SEEDS must be an integer >= 1, got {seeds!r}"):
+            tiny_config(training_seeds=seeds)
+    assert tiny_config(training_seeds=1).training_seeds == 1 and svs.Config().training_seeds == 3
     assert tiny_config(p_values=(0.5, 0.1)).p_values == (0.1, 0.5)
 
 
@@ -157,14 +161,21 @@ def test_saliency_enrichment_of_a_model_that_reads_only_vessels():
     assert np.allclose(saliency_vessel_enrichment(maps, vessels), 8.0)
 
 
-def _scores(points: dict[tuple[str, float], tuple[float, float]], se: float = 0.01, n_test: int = 100):
+def _seed_scores(points: dict[tuple[str, float], tuple[float, float]], se: float = 0.01, n_test: int = 100,
+                 offsets: tuple[float, ...] = (0.0,)) -> pd.DataFrame:
+    """One row per version, task and training seed: the planted score plus that seed's offset."""
     rows = []
     for (method, p), (sex, dr) in points.items():
-        rows.append({"method": method, "p": p, "task": "sex", "metric": "accuracy", "value": sex, "se": se,
-                     "n_test": n_test})
-        rows.append({"method": method, "p": p, "task": "dr", "metric": "macro_f1", "value": dr, "se": se,
-                     "n_test": n_test})
+        for seed, offset in enumerate(offsets):
+            for task, metric, value in (("sex", "accuracy", sex), ("dr", "macro_f1", dr)):
+                rows.append({"method": method, "p": p, "task": task, "metric": metric, "seed": seed,
+                             "value": value + offset, "se": se, "n_test": n_test})
     return pd.DataFrame(rows)
+
+
+def _scores(points: dict[tuple[str, float], tuple[float, float]], se: float = 0.01, n_test: int = 100,
+            offsets: tuple[float, ...] = (0.0,)) -> pd.DataFrame:
+    return svs.seed_summary(_seed_scores(points, se, n_test, offsets))
 
 
 EXAMPLE = {("original", 0.0): (0.8, 0.8), ("snow", 0.1): (0.7, 0.6), ("snow", 0.5): (0.6, 0.4),
@@ -241,13 +252,15 @@ def test_networks_come_from_the_cache_the_second_time(outcome, arrays):
     pd.testing.assert_frame_equal(again.scores, outcome.scores)
 
 
-def _planted_outcome(outcome, points, se=0.01, n_test=200, check=None, sex_enrichment=None, dr_enrichment=None):
-    """The module's outcome with planted scores (and optionally saliency / segmenter check)."""
+def _planted_outcome(outcome, points, se=0.01, n_test=200, check=None, sex_enrichment=None, dr_enrichment=None,
+                     offsets=(0.0,)):
+    """The module's outcome with planted scores (``offsets``: one per training seed, added to every score), and
+    optionally saliency / segmenter check."""
     saliency = dict(outcome.saliency)
     if sex_enrichment is not None:
         saliency["sex_enrichment"], saliency["dr_enrichment"] = np.asarray(sex_enrichment), np.asarray(dr_enrichment)
     segmenter = {**outcome.segmenter, "check": check}
-    counts = {"scores": _scores(points, se=se, n_test=n_test), "chance": 0.5, "saliency": saliency,
+    counts = {"scores": _scores(points, se=se, n_test=n_test, offsets=offsets), "chance": 0.5, "saliency": saliency,
               "segmenter": segmenter, "config": tiny_config(min_test_images=40)}
     return svs.Outcome(**{**outcome.__dict__, **counts})
 
@@ -305,3 +318,79 @@ def test_phantom_decides_the_vessel_claims_by_design(outcome):
     claims = {claim.id: claim for claim in svs.evaluate_claims(_planted_outcome(outcome, EXAMPLE))}
     assert claims["vessels-sex-over-dr"].by_design and claims["saliency-vessels"].by_design
     assert not claims["snow-sex-falls"].by_design
+
+
+def test_seed_summary_combines_the_bootstrap_and_the_seed_spread_by_hand():
+    # Original: three seeds 0.60 / 0.70 / 0.80 with bootstrap SEs 0.03 / 0.04 / 0.05; Snow p=0.1: one seed.
+    rows = [{"method": "original", "p": 0.0, "task": "dr", "metric": "macro_f1", "seed": seed, "value": value,
+             "se": se, "n_test": 50} for seed, (value, se) in enumerate([(0.6, 0.03), (0.7, 0.04), (0.8, 0.05)])]
+    rows.append({**rows[0], "method": "snow", "p": 0.1, "value": 0.5, "se": 0.02})
+    rows.append({**rows[0], "task": "sex", "metric": "accuracy", "value": 0.9, "se": 0.02})
+    summary = svs.seed_summary(pd.DataFrame(rows)).set_index(["method", "p", "task"])
+    original = summary.loc[("original", 0.0, "dr")]
+    assert original["value"] == pytest.approx(0.7) and original["seeds"] == 3
+    assert original["seed_sd"] == pytest.approx(0.1)  # sample SD of 0.6, 0.7, 0.8
+    # sqrt(mean(0.03^2, 0.04^2, 0.05^2) + 0.1^2 / 3) = sqrt(0.005 / 3 + 0.01 / 3)
+    assert original["se"] == pytest.approx(np.sqrt(0.015 / 3))
+    # One seed among seeded versions of its task borrows their spread: sqrt(0.02^2 + 0.1^2).
+    once = summary.loc[("snow", 0.1, "dr")]
+    assert once["value"] == 0.5 and once["seeds"] == 1
+    assert once["seed_sd"] == pytest.approx(0.1) and once["se"] == pytest.approx(np.sqrt(0.02**2 + 0.1**2))
+    # A task with one seed everywhere keeps its bootstrap SE and no spread.
+    sex = summary.loc[("original", 0.0, "sex")]
+    assert (sex["se"], sex["seed_sd"], sex["seeds"]) == (pytest.approx(0.02), 0.0, 1)
+
+
+def test_falls_with_p_holds_with_agreeing_seeds_and_is_undecided_when_seeds_spread(outcome):
+    # The planted drops (0.8 -> 0.6 sex, 0.8 -> 0.4 DR under Snow) are 14-28 bootstrap SE (0.01); three seeds
+    # that agree keep both decided. Seeds 0.15 apart (seed SD 0.15, a combined SE of sqrt(0.01^2 + 0.15^2 / 3) =
+    # 0.0876 per point, 2 combined SE of a difference 0.248) leave the sex drop of 0.2 undecided; the DR drop of
+    # 0.4 still holds.
+    agree = _verdicts(svs.evaluate_claims(_planted_outcome(outcome, EXAMPLE, offsets=(-0.001, 0.0, 0.001))))
+    assert agree["snow-sex-falls"] == agree["snow-dr-falls"] == "holds"
+    spread = _verdicts(svs.evaluate_claims(_planted_outcome(outcome, EXAMPLE, offsets=(-0.15, 0.0, 0.15))))
+    assert spread["snow-sex-falls"] == "undecided" and spread["snow-dr-falls"] == "holds"
+    assert spread["attacker-above-chance"] == "holds"  # 0.3 above chance > 2 x 0.0876
+
+
+def test_the_tradeoff_claim_is_decided_at_two_combined_se_of_the_gain(outcome):
+    # EXAMPLE's gain is 0.1 F1. With a per-score SE of 0.035 on both axes it lies within 2 SE of the gain (about
+    # 0.05), although it exceeds 2 single-score SE (0.07), the rule the claim used before.
+    gain = svs.matched_privacy_gain(_scores(EXAMPLE, se=0.035))
+    assert 2 * 0.035 < gain["gain"] <= 2 * gain["se"]
+    claims = {claim.id: claim for claim in svs.evaluate_claims(_planted_outcome(outcome, EXAMPLE, se=0.035))}
+    assert claims["vs-snow-better-tradeoff"].verdict == "undecided"
+    assert "within 2 combined SE" in claims["vs-snow-better-tradeoff"].reason
+    assert _verdicts(svs.evaluate_claims(_planted_outcome(outcome, EXAMPLE, se=0.01)))["vs-snow-better-tradeoff"] \
+        == "holds"
+
+
+def test_matched_privacy_gain_se_by_hand():
+    # With exact attacker accuracies (SE 0) both curves run through (0.8, 0.7, 0.6) over the overlap [0.6, 0.8]:
+    # the gain is (1/4, 1/2, 1/4) . (F1 at p=0.5, p=0.1, original) of VS-Snow minus the same of Snow (the
+    # trapezoid rule on the grid, up to 1/400), the original's weights cancel, so SE = sqrt(2 (1/16 + 1/4)) x 0.02.
+    scores = _scores(EXAMPLE, se=0.02)
+    scores.loc[scores["task"] == "sex", "se"] = 0.0
+    gain = svs.matched_privacy_gain(scores)
+    assert gain["se"] == pytest.approx(0.02 * np.sqrt(2 * (1 / 16 + 1 / 4)), rel=0.1)  # 1000 draws: about 2 %
+    # Noisy attacker accuracies move the curves sideways too: a larger SE.
+    assert svs.matched_privacy_gain(_scores(EXAMPLE, se=0.02))["se"] > 1.5 * gain["se"]
+    assert svs.matched_privacy_gain(_scores(EXAMPLE, se=0.02)) == svs.matched_privacy_gain(_scores(EXAMPLE, se=0.02))
+
+
+def test_seeded_versions_train_once_per_seed(outcome, arrays):
+    config = tiny_config(training_seeds=2)
+    seeded = svs.run_experiment(arrays, config, device="cpu", log=lambda message: None, saliency_images=4)
+    assert svs.seeded_versions(config) == [("original", 0.0), ("snow", 0.5), ("vs_snow", 0.5)]
+    networks = seeded.training.groupby("network")["seed"].apply(sorted).to_dict()
+    assert networks["sex attacker (original)"] == [0, 1]
+    assert networks["DR classifier (Original)"] == networks["DR classifier (VS-Snow p=0.5)"] == [0, 1]
+    assert networks["DR classifier (Snow p=0.1)"] == [0]
+    counts = seeded.seed_scores.groupby(["method", "p", "task"]).size()
+    assert counts[("snow", 0.1, "sex")] == 2 and counts[("snow", 0.1, "dr")] == 1
+    scores = seeded.scores.set_index(["method", "p", "task"])
+    assert scores.loc[("snow", 0.1, "sex"), "seeds"] == 2 and scores.loc[("snow", 0.1, "dr"), "seeds"] == 1
+    # Training seed 0 is the single-seed run's network: the same cached classifier, the same scores.
+    first = seeded.seed_scores[seeded.seed_scores["seed"] == 0].reset_index(drop=True)
+    assert np.allclose(first["value"], outcome.scores["value"])
+    assert seeded.training.loc[seeded.training["seed"] == 0, "cached"].all()

@@ -12,11 +12,13 @@ from anonpaper.experiments.snow_vs_snow.claims import evaluate_claims
 from anonpaper.experiments.snow_vs_snow.config import Config
 from anonpaper.experiments.snow_vs_snow.figures import plot_examples, plot_saliency, plot_tradeoff
 from anonpaper.experiments.snow_vs_snow.pipeline import (METHOD_LABELS, METHODS, Outcome, load_data, obfuscate,
-                                                         predict_vessels, run_experiment, score, segmenter_check,
-                                                         train_task_classifier, train_vessel_segmenter)
+                                                         predict_vessels, run_experiment, score, seed_summary,
+                                                         seeded_versions, segmenter_check, train_task_classifier,
+                                                         train_vessel_segmenter)
 
 __all__ = ["Config", "Outcome", "load_data", "run_experiment", "obfuscate", "predict_vessels", "score",
-           "segmenter_check", "train_task_classifier", "train_vessel_segmenter", "METHODS", "METHOD_LABELS",
+           "seed_summary", "seeded_versions", "segmenter_check", "train_task_classifier", "train_vessel_segmenter",
+           "METHODS", "METHOD_LABELS",
            "PAPER_P_VALUES", "PAPER_TABLES", "paper_vs_ours_table", "scores_table", "tradeoff_points",
            "matched_privacy_gain", "vessel_share_of_drop", "evaluate_claims", "plot_examples", "plot_saliency",
            "plot_tradeoff"]

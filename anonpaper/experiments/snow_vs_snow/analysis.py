@@ -72,39 +72,64 @@ def paper_vs_ours_table(scores: pd.DataFrame, method: str, dataset_label: str = 
 
 
 def tradeoff_points(scores: pd.DataFrame, method: str) -> pd.DataFrame:
-    """(p, attacker accuracy, DR macro-F1) for ``method``, starting with the original images at p = 0."""
+    """(p, attacker accuracy, DR macro-F1, their SEs) for ``method``, starting with the original images at p = 0."""
     ps = [0.0] + sorted(float(p) for p in scores.loc[scores["method"] == method, "p"].unique())
-    return pd.DataFrame({"p": ps,
-                         "attacker_accuracy": [lookup(scores, "original" if p == 0 else method, p, "sex") for p in ps],
-                         "dr_f1": [lookup(scores, "original" if p == 0 else method, p, "dr") for p in ps]})
+    versions = [("original" if p == 0 else method, p) for p in ps]
+    columns = {"attacker_accuracy": ("sex", "value"), "dr_f1": ("dr", "value"),
+               "attacker_accuracy_se": ("sex", "se"), "dr_f1_se": ("dr", "se")}
+    return pd.DataFrame({"p": ps, **{name: [lookup(scores, version, p, task, column) for version, p in versions]
+                                     for name, (task, column) in columns.items()}})
 
 
-def _utility_at(points: pd.DataFrame, privacy: np.ndarray) -> np.ndarray:
-    """DR F1 of a method's curve at attacker accuracies ``privacy`` (linear interpolation between its points,
-    ordered by attacker accuracy; a non-monotone curve is read in that order)."""
-    ordered = points.sort_values("attacker_accuracy", kind="stable")
-    return np.interp(privacy, ordered["attacker_accuracy"].to_numpy(), ordered["dr_f1"].to_numpy())
+def _curve_gain(snow: tuple[np.ndarray, np.ndarray], vs: tuple[np.ndarray, np.ndarray],
+                grid: int) -> tuple[float, float, float]:
+    """(mean F1 difference VS-Snow - Snow over the overlap, low, high) of two (attacker accuracy, DR F1) curves.
+
+    Each curve joins its points, ordered by attacker accuracy, by straight lines (a non-monotone curve is read in
+    that order). The difference is NaN when the overlap is a single point."""
+    low, high = max(snow[0].min(), vs[0].min()), min(snow[0].max(), vs[0].max())
+    if not high > low:
+        return float("nan"), float(low), float(high)
+    privacy = np.linspace(low, high, grid)
+
+    def utility(curve: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        order = np.argsort(curve[0], kind="stable")
+        return np.interp(privacy, curve[0][order], curve[1][order])
+
+    return float(np.mean(utility(vs) - utility(snow))), float(low), float(high)
 
 
-def matched_privacy_gain(scores: pd.DataFrame, grid: int = 101) -> dict[str, float]:
+def matched_privacy_gain(scores: pd.DataFrame, grid: int = 101, draws: int = 1000, seed: int = 0) -> dict[str, float]:
     """VS-Snow's DR macro-F1 minus Snow's at equal attacker accuracy, averaged over the accuracies both reach.
 
     Each method's (attacker accuracy, DR F1) points, including the original images, are joined by straight
     lines; the two curves are compared on ``grid`` accuracies spanning the overlap of their accuracy ranges.
     Positive = VS-Snow keeps more utility at matched privacy.
 
+    The gain's SE propagates the scores' own SEs (the ``se`` column: patient bootstrap and training seeds) of
+    both axes: ``draws`` times every score moves by a normal error of its SE, independently (the original images'
+    point, shared by both curves, moves once), and the SE is the standard deviation of the recomputed gains over
+    the draws in which the curves still overlap.
+
     Returns:
-        ``{"gain", "low", "high"}``: the mean F1 difference (NaN when the overlap is a single point) and the
-        overlap's attacker-accuracy range.
+        ``{"gain", "se", "low", "high"}``: the mean F1 difference and its SE (both NaN when the overlap is a
+        single point) and the overlap's attacker-accuracy range.
     """
-    snow_points, vs_points = tradeoff_points(scores, "snow"), tradeoff_points(scores, "vs_snow")
-    low = max(snow_points["attacker_accuracy"].min(), vs_points["attacker_accuracy"].min())
-    high = min(snow_points["attacker_accuracy"].max(), vs_points["attacker_accuracy"].max())
-    if not high > low:
-        return {"gain": float("nan"), "low": float(low), "high": float(high)}
-    privacy = np.linspace(low, high, grid)
-    gain = _utility_at(vs_points, privacy) - _utility_at(snow_points, privacy)
-    return {"gain": float(gain.mean()), "low": float(low), "high": float(high)}
+    snow, vs = tradeoff_points(scores, "snow"), tradeoff_points(scores, "vs_snow")
+    points = pd.concat([snow, vs.iloc[1:]], ignore_index=True)  # original, Snow's p, VS-Snow's p
+    curves = (np.arange(len(snow)), np.concatenate([[0], np.arange(len(snow), len(points))]))
+    x, y = points["attacker_accuracy"].to_numpy(), points["dr_f1"].to_numpy()
+    gain, low, high = _curve_gain(*((x[index], y[index]) for index in curves), grid)
+    if np.isnan(gain):
+        return {"gain": gain, "se": float("nan"), "low": low, "high": high}
+    rng = np.random.default_rng(seed)
+    x_se, y_se = points["attacker_accuracy_se"].to_numpy(), points["dr_f1_se"].to_numpy()
+    simulated = np.array([_curve_gain(*((x_draw[index], y_draw[index]) for index in curves), grid)[0]
+                          for x_draw, y_draw in ((x + x_se * rng.standard_normal(len(x)),
+                                                  y + y_se * rng.standard_normal(len(y))) for _ in range(draws))])
+    simulated = simulated[~np.isnan(simulated)]
+    se = float(np.std(simulated, ddof=1)) if len(simulated) > 1 else float("nan")
+    return {"gain": gain, "se": se, "low": low, "high": high}
 
 
 def vessel_share_of_drop(scores: pd.DataFrame, task: str, p: float) -> float:

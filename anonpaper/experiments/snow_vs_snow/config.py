@@ -26,6 +26,11 @@ class Config(ChapterConfig):
                                            "always from random weights).")
     epochs: int = parameter(10, "Maximum classifier epochs (the paper: 50, early stopping on validation F1).")
     batch_size: int = parameter(32, "Classifier mini-batch size.")
+    training_seeds: int = parameter(3, "Training seeds of the networks the claims compare: the attacker (so every "
+                                       "sex score) and the DR classifiers on the original images and at the largest "
+                                       "p of each method; a score is the mean over seeds and its SE adds the seed "
+                                       "spread; the other DR classifiers train once and borrow the seeded ones' "
+                                       "spread (the paper: one run).")
     early_stopping_patience: int | None = parameter(5, "Epochs without a better validation F1 before stopping "
                                                        "(None: all epochs).")
     lr: float = parameter(1e-3, "Adam learning rate (the paper: 1e-4 for ImageNet-pretrained networks; networks "
@@ -71,6 +76,8 @@ class Config(ChapterConfig):
             (isinstance(self.n_patients, int) and self.n_patients >= 6,
              f"N_PATIENTS must be an integer >= 6 (train, val and test need patients), got {self.n_patients!r}"),
             (isinstance(self.epochs, int) and self.epochs >= 1, f"EPOCHS must be an integer >= 1, got {self.epochs!r}"),
+            (isinstance(self.training_seeds, int) and self.training_seeds >= 1,
+             f"TRAINING_SEEDS must be an integer >= 1, got {self.training_seeds!r}"),
             (isinstance(self.batch_size, int) and self.batch_size >= 2,
              f"BATCH_SIZE must be an integer >= 2, got {self.batch_size!r}"),
             (self.lr_schedule in ("constant", "cosine"),

@@ -24,16 +24,16 @@ def plot_tradeoff(outcome: Outcome):
         points = tradeoff_points(outcome.scores, method)
         errors = outcome.scores.set_index(["method", "p", "task"])["se"]
         x_error = [errors[("original" if p == 0 else method, p, "sex")] for p in points["p"]]
-        y_error = [errors[("original" if p == 0 else method, p, "dr")] for p in points["p"]]
         ours.errorbar(100 * points["attacker_accuracy"], 100 * points["dr_f1"], xerr=100 * np.asarray(x_error),
-                      yerr=100 * np.asarray(y_error), label=METHOD_LABELS[method], capsize=2, lw=1.5,
+                      yerr=100 * points["dr_f1_se"], label=METHOD_LABELS[method], capsize=2, lw=1.5,
                       **METHOD_STYLE[method])
         for _, row in points.iterrows():
             ours.annotate("orig." if row["p"] == 0 else f"p={row['p']:g}",
                           (100 * row["attacker_accuracy"], 100 * row["dr_f1"]), textcoords="offset points",
                           xytext=(4, 4), fontsize=8, color=METHOD_STYLE[method]["color"])
     ours.axvline(100 * outcome.chance, color="grey", ls="--", lw=1, label=f"chance ({100 * outcome.chance:.0f} %)")
-    ours.set(title="Ours (phantom); bars: patient-bootstrap SE", xlabel="attacker accuracy on sex (%)  <- more private",
+    ours.set(title="Ours (phantom); bars: SE (test patients and training seeds)",
+             xlabel="attacker accuracy on sex (%)  <- more private",
              ylabel="DR macro-F1 (%)  (higher = more useful)")
     ours.legend(fontsize=8)
     for (data, line_style) in (("BRSET", "-"), ("Diabetes Center", ":")):

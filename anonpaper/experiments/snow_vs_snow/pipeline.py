@@ -10,11 +10,14 @@
 3. Obfuscate every split with Snow (whole image, dataset channel means) and VS-Snow (vessel pixels, mean of kept
    neighbouring vessel pixels) at each p (:func:`obfuscate`, through :func:`anonpaper.methods.get`).
 4. The attacker (sex, cross-entropy) trains on original images and is tested on original, Snow and VS-Snow test
-   images. A DR classifier (class-weighted focal loss, gamma 0.6) trains and tests on each version. Every network
-   is cached with :class:`anonpaper.cache.ArtifactCache`, keyed by the cohort's content, the training
-   configuration and the seed.
+   images. A DR classifier (class-weighted focal loss, gamma 0.6) trains and tests on each version. The networks
+   the claims compare train once per training seed (``Config.training_seeds``): the attacker, and the DR
+   classifiers on the original images and at the largest p of each method (:func:`seeded_versions`). Every
+   network is cached with :class:`anonpaper.cache.ArtifactCache`, keyed by the cohort's content, the training
+   configuration, the seed and the training seed.
 5. Scores with patient-clustered bootstrap standard errors
-   (:func:`anonpaper.metrics.statistics.patient_bootstrap_se`) and saliency maps for the figures.
+   (:func:`anonpaper.metrics.statistics.patient_bootstrap_se`), averaged over training seeds with the seed spread
+   added to the error (:func:`seed_summary`), and saliency maps for the figures.
 
 Metrics: attacker accuracy (lower = more private; chance is the test set's majority-class rate) and DR macro-F1
 (higher = more utility). The paper says only "F1 ... accounting for data imbalance"; we use macro-F1.
@@ -40,7 +43,7 @@ from anonpaper.methods.snow import channel_mean
 from anonpaper.metrics.classification import accuracy
 from anonpaper.metrics.saliency import saliency_vessel_enrichment
 from anonpaper.metrics.segmentation import dice_score
-from anonpaper.metrics.statistics import patient_bootstrap_se
+from anonpaper.metrics.statistics import combine_seeds, patient_bootstrap_se
 from anonpaper.models.classifiers import build_classifier, gradient_saliency
 from anonpaper.runtime import derive_seed, get_device
 from anonpaper.train.augment import paper2_augmentation
@@ -167,7 +170,7 @@ def obfuscate(images: np.ndarray, method: str, replace_fraction: float, *, seed:
 def train_task_classifier(task: str, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
                           config: Config, description: dict[str, Any],
                           device: torch.device | None = None, progress: bool = False,
-                          cache: ArtifactCache | None = None) -> tuple[nn.Module, dict]:
+                          cache: ArtifactCache | None = None, training_seed: int = 0) -> tuple[nn.Module, dict]:
     """Train (or load) the sex attacker (``task="sex"``: 2 classes, cross-entropy, unweighted as in the paper) or
     the DR classifier (``task="dr"``: 3 classes, class-weighted focal loss with ``config.focal_gamma``).
 
@@ -180,6 +183,8 @@ def train_task_classifier(task: str, train: tuple[np.ndarray, np.ndarray], val: 
         device: Training device (None: CUDA when available).
         progress: Show progress bars.
         cache: Cache namespace (default ``ArtifactCache("snow-classifiers")``).
+        training_seed: Which of the ``config.training_seeds`` networks (0 = the one of a single-seed run): another
+            initialisation and batch order on the same data.
 
     Returns:
         (model taking images in [0, 1], info with ``cached``, ``best_epoch``, ``seconds``, ``history``).
@@ -188,17 +193,20 @@ def train_task_classifier(task: str, train: tuple[np.ndarray, np.ndarray], val: 
         raise ValueError(f"task must be 'sex' or 'dr', got {task!r}")
     cache = cache or ArtifactCache("snow-classifiers")
     key = {"task": task, "data": description, "training": config.classifier_description()}
+    extra = ("training-seed", training_seed) if training_seed else ()  # seed 0 keeps a single-seed run's seeds
+    if training_seed:
+        key["training_seed"] = training_seed
     cached = cache.exists(key)
 
     def build() -> dict:
         started = time.perf_counter()
-        torch.manual_seed(derive_seed(config.seed, "classifier-init", task, description))
+        torch.manual_seed(derive_seed(config.seed, "classifier-init", task, description, *extra))
         model = build_classifier(config.backbone, 3, 2 if task == "sex" else 3)
         result = train_classifier(model, train, val,
                                   TrainSettings(epochs=config.epochs, batch_size=config.batch_size, lr=config.lr,
                                                 weight_decay=config.weight_decay, lr_schedule=config.lr_schedule,
                                                 early_stopping_patience=config.early_stopping_patience,
-                                                seed=derive_seed(config.seed, "train", task, description),
+                                                seed=derive_seed(config.seed, "train", task, description, *extra),
                                                 device=device, progress=progress),
                                   loss="ce" if task == "sex" else "focal", focal_gamma=config.focal_gamma,
                                   class_weights=None if task == "sex" else "balanced",
@@ -235,6 +243,60 @@ def score(model: nn.Module, images: np.ndarray, labels: np.ndarray, patients: np
                                        derive_seed(config.seed, "bootstrap", task))}
 
 
+def seeded_versions(config: Config) -> list[tuple[str, float]]:
+    """The versions whose DR classifiers train once per training seed: those the claims compare, the original
+    images and the largest p of each method (the attacker trains on original images and has every seed).
+
+    >>> seeded_versions(Config(p_values=(0.1, 0.5)))
+    [('original', 0.0), ('snow', 0.5), ('vs_snow', 0.5)]
+    """
+    return [("original", 0.0)] + [(method, max(config.p_values)) for method in METHODS]
+
+
+def seed_summary(seed_scores: pd.DataFrame) -> pd.DataFrame:
+    """One score per (method, p, task) from one row per trained network and version.
+
+    ``value`` is the mean over the training seeds, ``se`` combines the seeds' patient-bootstrap SEs with the spread
+    between seeds (:func:`anonpaper.metrics.statistics.combine_seeds`), ``seed_sd`` is that spread and ``seeds``
+    their number. A version trained once while others of its task have several seeds (a DR classifier at an
+    intermediate p) borrows the task's pooled spread: one network lies about one seed SD from the seed mean, so its
+    SE is ``sqrt(se_boot^2 + pooled variance)`` and its ``seed_sd`` the pooled SD (pooled variance: the mean seed
+    variance of the task's most-seeded versions).
+
+    Args:
+        seed_scores: Rows with ``method``, ``p``, ``task``, ``metric``, ``seed``, ``value``, ``se``, ``n_test``.
+
+    Returns:
+        Rows ``method``, ``p``, ``task``, ``metric``, ``value``, ``se``, ``n_test``, ``seeds``, ``seed_sd``.
+
+    Example:
+        >>> rows = [{"method": "original", "p": 0.0, "task": "dr", "metric": "macro_f1", "seed": seed,
+        ...          "value": value, "se": 0.03, "n_test": 50} for seed, value in enumerate([0.6, 0.7, 0.8])]
+        >>> rows.append({**rows[0], "method": "snow", "p": 0.1, "value": 0.5})
+        >>> summary = seed_summary(pd.DataFrame(rows))
+        >>> summary[["value", "seeds", "seed_sd"]].round(3).values.tolist()
+        [[0.7, 3.0, 0.1], [0.5, 1.0, 0.1]]
+        >>> summary["se"].round(4).tolist()  # sqrt(0.03^2 + 0.1^2 / 3), sqrt(0.03^2 + 0.1^2)
+        [0.0651, 0.1044]
+    """
+    rows = []
+    for (method, p, task), group in seed_scores.groupby(["method", "p", "task"], sort=False):
+        value, se, spread = combine_seeds(group["value"].to_numpy(), group["se"].to_numpy())
+        rows.append({"method": method, "p": p, "task": task, "metric": group["metric"].iloc[0], "value": value,
+                     "se": se, "n_test": int(group["n_test"].iloc[0]), "seeds": len(group), "seed_sd": spread})
+    scores = pd.DataFrame(rows)
+    for task in scores["task"].unique():
+        of_task = scores["task"] == task
+        most = scores.loc[of_task, "seeds"].max()
+        if most < 2:
+            continue
+        pooled = float(np.mean(scores.loc[of_task & (scores["seeds"] == most), "seed_sd"] ** 2))
+        once = of_task & (scores["seeds"] == 1)
+        scores.loc[once, "se"] = np.sqrt(scores.loc[once, "se"] ** 2 + pooled)
+        scores.loc[once, "seed_sd"] = np.sqrt(pooled)
+    return scores
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # the whole experiment
 # ---------------------------------------------------------------------------------------------------------------
@@ -244,20 +306,23 @@ class Outcome:
 
     Attributes:
         scores: One row per (method, p, task): ``method`` ("original", "snow", "vs_snow"), ``p`` (0 for original),
-            ``task`` ("sex", "dr"), ``metric`` ("accuracy", "macro_f1"), ``value`` (fraction in [0, 1]), ``se``
-            (patient-bootstrap standard error), ``n_test``.
+            ``task`` ("sex", "dr"), ``metric`` ("accuracy", "macro_f1"), ``value`` (mean over training seeds,
+            fraction in [0, 1]), ``se`` (patient bootstrap and seed spread combined), ``n_test``, ``seeds``,
+            ``seed_sd`` (:func:`seed_summary`).
         chance: Majority-class rate of sex in the test set (the accuracy of always guessing the larger sex).
         segmenter: ``{"source", "test_dice", "vessel_fraction", "cached", "seconds", "check"}`` (dice NaN without
             ground truth; ``check`` is None when the masks are trusted, else why they are not).
-        attacker: The sex classifier (trained on original images).
-        dr_models: ``(method, p) -> DR classifier`` (``("original", 0.0)`` included).
-        training: One row per trained network: name, cached, best_epoch, seconds.
+        attacker: The sex classifier (trained on original images) of training seed 0.
+        dr_models: ``(method, p) -> DR classifier`` of training seed 0 (``("original", 0.0)`` included).
+        training: One row per trained network: name, seed, cached, best_epoch, seconds.
         examples: Label -> uint8 (H, W, 3) image: one test image in every version, plus ``"vessels"`` (bool).
         saliency: ``{"images", "sex_maps", "dr_maps", "vessels", "sex_enrichment", "dr_enrichment"}`` on test
             images (maps float (K, H, W) in [0, 1]; enrichments per image).
         channel_means: Snow's per-channel means (3,), 0-255.
         config: The configuration.
         seconds: Wall-clock seconds of the run.
+        histories: Network name -> its training history.
+        seed_scores: One row per (method, p, task, training seed): the scores :attr:`scores` averages.
     """
 
     scores: pd.DataFrame
@@ -272,6 +337,7 @@ class Outcome:
     config: Config
     seconds: float = 0.0
     histories: dict[str, pd.DataFrame] = field(default_factory=dict)
+    seed_scores: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def segmenter_check(segmenter: dict[str, Any], config: Config) -> str | None:
@@ -313,7 +379,7 @@ def run_experiment(arrays: CohortArrays, config: Config, device: torch.device | 
     segmenter_info: dict[str, Any] = {"source": config.vessel_source, "test_dice": float("nan")}
     if config.vessel_source == "segmenter":
         segmenter, info = train_vessel_segmenter(arrays, config, device=device, progress=progress)
-        training_rows.append({"network": "vessel segmenter", "cached": info["cached"],
+        training_rows.append({"network": "vessel segmenter", "seed": 0, "cached": info["cached"],
                               "best_epoch": info["best_epoch"], "seconds": info["seconds"]})
         histories["vessel segmenter"] = info["history"]
         vessels = {name: predict_vessels(segmenter, arrays.images[name], device=device) for name in SPLITS}
@@ -343,53 +409,66 @@ def run_experiment(arrays: CohortArrays, config: Config, device: torch.device | 
 
     rows: list[dict[str, Any]] = []
     test = arrays.images["test"]
+    seeds = range(config.training_seeds)
 
-    def record(method: str, p: float, task: str, result: dict[str, Any]) -> None:
-        rows.append({"method": method, "p": p, "task": task, "metric": TASK_METRIC[task], "value": result["value"],
-                     "se": result["se"], "n_test": result["n_test"]})
+    def record(method: str, p: float, task: str, seed: int, result: dict[str, Any]) -> None:
+        rows.append({"method": method, "p": p, "task": task, "metric": TASK_METRIC[task], "seed": seed,
+                     "value": result["value"], "se": result["se"], "n_test": result["n_test"]})
 
-    # The attacker: trained on original images with sex labels; tested on every version of the test set.
-    attacker, info = train_task_classifier(
-        "sex", (arrays.images["train"], arrays.sex["train"]), (arrays.images["val"], arrays.sex["val"]), config,
-        {"cohort": arrays.description, "method": "original", "p": 0.0}, device=device, progress=progress)
-    training_rows.append({"network": "sex attacker (original)", "cached": info["cached"],
-                          "best_epoch": info["best_epoch"], "seconds": info["seconds"]})
-    histories["sex attacker"] = info["history"]
-    record("original", 0.0, "sex", score(attacker, test, arrays.sex["test"], arrays.patients["test"], "sex",
-                                         config, device))
-    log(f"attacker on original test images: accuracy {rows[-1]['value']:.3f} +- {rows[-1]['se']:.3f}")
+    def trained(network: str, seed: int, info: dict[str, Any]) -> None:
+        training_rows.append({"network": network, "seed": seed, "cached": info["cached"],
+                              "best_epoch": info["best_epoch"], "seconds": info["seconds"]})
+        histories[network + (f" seed {seed}" if seed else "")] = info["history"]
+
+    def mean_of(method: str, p: float, task: str) -> str:
+        values = [row["value"] for row in rows if row["method"] == method and row["p"] == p and row["task"] == task]
+        return f"{np.mean(values):.3f}" + (f" (mean of {len(values)} seeds)" if len(values) > 1 else "")
+
+    # The attacker: trained on original images with sex labels, once per training seed; every seed is tested on
+    # every version of the test set.
+    attackers = []
+    for seed in seeds:
+        attacker, info = train_task_classifier(
+            "sex", (arrays.images["train"], arrays.sex["train"]), (arrays.images["val"], arrays.sex["val"]), config,
+            {"cohort": arrays.description, "method": "original", "p": 0.0}, device=device, progress=progress,
+            training_seed=seed)
+        trained("sex attacker (original)", seed, info)
+        attackers.append(attacker)
 
     examples: dict[str, np.ndarray] = {"Original": test[0].copy(), "vessels": vessels["test"][0].copy()}
     dr_models: dict[tuple[str, float], nn.Module] = {}
     versions = [("original", 0.0)] + [(method, p) for method in METHODS for p in config.p_values]
+    seeded = seeded_versions(config)
     for method, p in versions:
         if method == "original":
             train_images, val_images, test_images = arrays.images["train"], arrays.images["val"], test
         else:
             train_images, val_images, test_images = (version(method, p, split) for split in SPLITS)
             examples[f"{METHOD_LABELS[method]} p={p:g}"] = test_images[0].copy()
-            record(method, p, "sex", score(attacker, test_images, arrays.sex["test"], arrays.patients["test"],
-                                           "sex", config, device))
+        for seed, attacker in enumerate(attackers):
+            record(method, p, "sex", seed, score(attacker, test_images, arrays.sex["test"], arrays.patients["test"],
+                                                 "sex", config, device))
         # What the DR model's training images are: only the settings of this version's method enter the key.
         obfuscation = {"snow": {"mask_mode": config.snow_mask_mode, "channel_means": means.tolist()},
                        "vs_snow": {"window": config.vs_window, "vessels": config.vessel_source,
                                    "segmenter": config.segmenter_description()
                                    if config.vessel_source == "segmenter" else None}}.get(method)
         description = {"cohort": arrays.description, "method": method, "p": p, "obfuscation": obfuscation}
-        model, info = train_task_classifier("dr", (train_images, arrays.dr["train"]), (val_images, arrays.dr["val"]),
-                                            config, description, device=device, progress=progress)
         name = f"DR classifier ({METHOD_LABELS[method]}{'' if method == 'original' else f' p={p:g}'})"
-        training_rows.append({"network": name, "cached": info["cached"], "best_epoch": info["best_epoch"],
-                              "seconds": info["seconds"]})
-        histories[name] = info["history"]
-        dr_models[(method, p)] = model
-        record(method, p, "dr", score(model, test_images, arrays.dr["test"], arrays.patients["test"], "dr", config,
-                                      device))
-        sex_row = [row for row in rows if row["method"] == method and row["p"] == p and row["task"] == "sex"][0]
-        log(f"{METHOD_LABELS[method]:>8} p={p:g}: attacker accuracy {sex_row['value']:.3f}, "
-            f"DR macro-F1 {rows[-1]['value']:.3f}")
+        for seed in seeds if (method, p) in seeded else [0]:
+            model, info = train_task_classifier("dr", (train_images, arrays.dr["train"]),
+                                                (val_images, arrays.dr["val"]), config, description, device=device,
+                                                progress=progress, training_seed=seed)
+            trained(name, seed, info)
+            if seed == 0:
+                dr_models[(method, p)] = model
+            record(method, p, "dr", seed, score(model, test_images, arrays.dr["test"], arrays.patients["test"],
+                                                "dr", config, device))
+        log(f"{METHOD_LABELS[method]:>8} p={p:g}: attacker accuracy {mean_of(method, p, 'sex')}, "
+            f"DR macro-F1 {mean_of(method, p, 'dr')}")
 
-    scores = pd.DataFrame(rows)
+    seed_scores = pd.DataFrame(rows)
+    scores = seed_summary(seed_scores)
     counts = np.bincount(arrays.sex["test"], minlength=2)
     chance = float(counts.max() / counts.sum())
 
@@ -397,16 +476,16 @@ def run_experiment(arrays: CohortArrays, config: Config, device: torch.device | 
     count = min(saliency_images, len(test))
     saliency_input = as_image_tensor(test[:count])
     fov = arrays.fov["test"][:count] if arrays.fov is not None else None
-    sex_maps = gradient_saliency(attacker.cpu(), saliency_input, target=arrays.sex["test"][:count]).numpy()
+    sex_maps = gradient_saliency(attackers[0].cpu(), saliency_input, target=arrays.sex["test"][:count]).numpy()
     dr_original = dr_models[("original", 0.0)].cpu()
     dr_maps = gradient_saliency(dr_original, saliency_input, target=arrays.dr["test"][:count]).numpy()
     saliency = {"images": test[:3].copy(), "sex_maps": sex_maps[:3], "dr_maps": dr_maps[:3],
                 "vessels": vessels["test"][:3].copy(),
                 "sex_enrichment": saliency_vessel_enrichment(sex_maps, vessels["test"][:count], fov),
                 "dr_enrichment": saliency_vessel_enrichment(dr_maps, vessels["test"][:count], fov)}
-    return Outcome(scores=scores, chance=chance, segmenter=segmenter_info, attacker=attacker,
-                             dr_models=dr_models, training=pd.DataFrame(training_rows), examples=examples,
-                             saliency=saliency, channel_means=means, config=config,
-                             seconds=time.perf_counter() - started, histories=histories)
+    return Outcome(scores=scores, chance=chance, segmenter=segmenter_info, attacker=attackers[0],
+                   dr_models=dr_models, training=pd.DataFrame(training_rows), examples=examples,
+                   saliency=saliency, channel_means=means, config=config, seconds=time.perf_counter() - started,
+                   histories=histories, seed_scores=seed_scores)
 
 
