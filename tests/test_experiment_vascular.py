@@ -41,6 +41,11 @@ def test_quick_defaults_are_valid_and_strengths_include_the_table_alpha():
     ({"ablation_kimg": -1.0}, "ABLATION_KIMG"),
     ({"attacker_backbone": "vgg"}, "ATTACKER_BACKBONE"),
     ({"bootstrap": 1}, "BOOTSTRAP"),
+    ({"dr_epochs": 0}, "DR_EPOCHS"),
+    ({"dr_min_qwk": 1.5}, "DR_MIN_QWK"),
+    ({"dr_backbone": "vgg"}, "DR_BACKBONE"),
+    ({"dataset": "odir-5k"}, "DATA_ROOT"),
+    ({"data_root": "/somewhere"}, "DATASET"),
 ])
 def test_config_rejects_bad_values_naming_the_parameter(changes, name):
     with pytest.raises(ValueError, match=name):
@@ -49,32 +54,39 @@ def test_config_rejects_bad_values_naming_the_parameter(changes, name):
 
 # -- claims on planted outcomes -------------------------------------------------------------------------------------
 
-def _row(image_set, method, alpha, fs_sift, fs_sr, rroi, n=60, se=0.01):
+def _row(image_set, method, alpha, fs_sift, fs_sr, rroi, n=60, se=0.01, dr_agreement=0.9):
     return {"image_set": image_set, "method": method, "alpha": alpha, "step": alpha, "change": 0.1, "error": "",
             "n": n, "fd": 10.0, "fd_se": 1.0, "lpips": 0.1, "lpips_se": 0.01, "fs_sift": fs_sift, "fs_sift_se": se,
             "fs_sr": fs_sr, "fs_sr_se": se, "rroi": rroi, "rroi_se": se, "rroi_median": rroi, "rroi_unbounded": 0,
-            "ams": 1.0, "ams_se": 0.0, "rank1": 0.5, "rank1_se": 0.05}
+            "ams": 1.0, "ams_se": 0.0, "dr_agreement": dr_agreement, "dr_agreement_se": se, "dr_qwk": 0.8,
+            "dr_qwk_se": 0.05, "rank1": 0.5, "rank1_se": 0.05}
 
 
 def planted_outcome(*, fs_falls=True, ours_keeps=True, both_lower=True, n=60, vessels_ok=True,
-                    dice=0.8) -> pipeline.Outcome:
-    """An outcome whose numbers plant each claim's answer: ours' FS falls (or rises) with alpha, ours' RROI is
-    above (or below) every baseline's at the same identity similarity, +both's FD below (or above) plain's."""
+                    dice=0.8, ours_keeps_dr=None, dr_qwk=0.9) -> pipeline.Outcome:
+    """An outcome whose numbers plant each claim's answer: ours' FS falls (or rises) with alpha, ours' RROI (and,
+    independently, ours' DR agreement, by default like RROI) is above (or below) every baseline's at the same
+    identity similarity, +both's FD below (or above) plain's; the DR classifier's held-out QWK is ``dr_qwk``."""
     config = chapter.Config(min_test_images=50)
+    ours_keeps_dr = ours_keeps if ours_keeps_dr is None else ours_keeps_dr
     rows = []
     for alpha in config.strengths:
         identity = 0.9 - 0.6 * alpha if fs_falls else 0.3 + 0.6 * alpha
-        rows.append(_row("generated", pipeline.OURS, alpha, identity, identity, 2.0 if ours_keeps else 0.5, n=n))
+        rows.append(_row("generated", pipeline.OURS, alpha, identity, identity, 2.0 if ours_keeps else 0.5, n=n,
+                         dr_agreement=0.95 if ours_keeps_dr else 0.6))
         for method in (pipeline.STYLESPACE, pipeline.LOWRANK, pipeline.RESEFA):
-            # the baselines' sweeps cover identity similarities 0.1-0.9 at a constant RROI
+            # the baselines' sweeps cover identity similarities 0.1-0.9 at a constant RROI and DR agreement
             rows.append(_row("generated", method, alpha, 0.9 - 0.8 * alpha, 0.9 - 0.8 * alpha,
-                             1.0 if ours_keeps else 3.0, n=n))
+                             1.0 if ours_keeps else 3.0, n=n, dr_agreement=0.8))
     ablation = pd.DataFrame([{"variant": variant, "kimg": 2.0, "train_seconds": 1.0, "n": n,
                               "fd": {"plain": 50.0, "+vessel": 40.0, "+lesion": 35.0, "+both": 20.0 if both_lower
                                      else 80.0}[variant], "fd_se": 2.0, "lpips": 0.5, "lpips_se": 0.01, "mse": 0.1,
                               "mse_se": 0.01, "swd": 10.0} for variant in chapter.ABLATIONS])
     instruments = pd.DataFrame([{"instrument": "vessel U-Net", "measure": "validation Dice", "value": dice,
-                                 "floor": 0.5}])
+                                 "floor": 0.5},
+                                {"instrument": "DR classifier (dr_grade, 5 classes; 60 held-out real images: test "
+                                               "split)", "measure": pipeline.DR_CHECK, "value": dr_qwk,
+                                 "floor": config.dr_min_qwk}])
     ratio = 0.9 if vessels_ok else 0.01
     vessels = {"generated": 0.1 * ratio, "real": 0.1, "real_native": 0.12, "ratio": ratio, "passed": vessels_ok,
                "check": "" if vessels_ok else "the vessel U-Net finds a vessel-pixel fraction of 0.001",
@@ -89,14 +101,38 @@ def verdicts(outcome) -> dict[str, str]:
 
 def test_claims_hold_when_the_planted_numbers_agree_with_the_paper():
     assert verdicts(planted_outcome()) == {"vascular-vessels-generated": HOLDS, "vascular-top-channel-lowers-fs": HOLDS,
-                                           "vascular-lesions-kept": HOLDS, "vascular-ablation-fd": HOLDS}
+                                           "vascular-lesions-kept": HOLDS, "vascular-lesions-kept-dr": HOLDS,
+                                           "vascular-ablation-fd": HOLDS}
 
 
 def test_claims_do_not_hold_when_the_planted_numbers_contradict_the_paper():
     found = verdicts(planted_outcome(fs_falls=False, ours_keeps=False, both_lower=False))
     assert found["vascular-top-channel-lowers-fs"] == FAILS
     assert found["vascular-lesions-kept"] == FAILS
+    assert found["vascular-lesions-kept-dr"] == FAILS
     assert found["vascular-ablation-fd"] == FAILS
+
+
+def test_dr_lesion_claim_is_decided_by_the_dr_agreement_not_by_rroi():
+    found = verdicts(planted_outcome(ours_keeps=True, ours_keeps_dr=False))
+    assert found["vascular-lesions-kept"] == HOLDS and found["vascular-lesions-kept-dr"] == FAILS
+    claim = claims_module.lesion_claim(planted_outcome(ours_keeps=False, ours_keeps_dr=True), "dr_agreement")
+    assert claim.verdict == HOLDS and "DR agreement ours 0.950, theirs 0.800" in claim.reason
+    assert claim.ours[pipeline.LOWRANK]["dr_agreement_ours"] == pytest.approx(0.95)
+
+
+def test_dr_lesion_claim_is_undecided_when_the_dr_classifier_fails_its_check():
+    by_id = {claim.id: claim for claim in chapter.evaluate_claims(planted_outcome(dr_qwk=0.1))}
+    dr = by_id["vascular-lesions-kept-dr"]
+    assert dr.verdict == UNDECIDED and "DR classifier failed its check" in dr.reason and "0.100 < 0.4" in dr.reason
+    assert by_id["vascular-lesions-kept"].verdict == HOLDS  # RROI does not rest on the DR classifier
+    outcome = planted_outcome()
+    outcome.instruments = outcome.instruments.iloc[:1]  # no DR classifier row at all (no DR label in the data)
+    claim = {claim.id: claim for claim in chapter.evaluate_claims(outcome)}["vascular-lesions-kept-dr"]
+    assert claim.verdict == UNDECIDED and "no DR classifier" in claim.reason
+    outcome = planted_outcome()
+    outcome.sweep["dr_agreement_se"] = 1.0  # within noise
+    assert verdicts(outcome)["vascular-lesions-kept-dr"] == UNDECIDED
 
 
 def test_claims_are_undecided_on_small_sets_and_when_the_vessel_instrument_fails():
@@ -105,7 +141,7 @@ def test_claims_are_undecided_on_small_sets_and_when_the_vessel_instrument_fails
     failed = chapter.evaluate_claims(planted_outcome(vessels_ok=False))
     by_id = {claim.id: claim for claim in failed}
     assert by_id["vascular-vessels-generated"].verdict == FAILS
-    for name in ("vascular-top-channel-lowers-fs", "vascular-lesions-kept"):
+    for name in ("vascular-top-channel-lowers-fs", "vascular-lesions-kept", "vascular-lesions-kept-dr"):
         assert by_id[name].verdict == UNDECIDED and "vessel masks of generated images failed" in by_id[name].reason
     assert by_id["vascular-ablation-fd"].verdict == HOLDS  # FD does not rest on the masks of generated images
     low_dice = {claim.id: claim for claim in chapter.evaluate_claims(planted_outcome(dice=0.2))}
@@ -255,3 +291,126 @@ def test_ablation_claim_is_undecided_on_a_shorter_schedule_than_the_generators_c
     outcome.generator_config = GeneratorsConfig()  # its fundus StyleGAN3-T: 16 kimg; the planted ablation: 2
     claim = claims_module.ablation_claim(outcome)
     assert claim.verdict == UNDECIDED and "schedule too short" in claim.reason
+
+
+# -- the DR utility -----------------------------------------------------------------------------------------------
+
+class BrightnessGrader(torch.nn.Module):
+    """A planted DR classifier: grade = mean brightness in five equal bins."""
+
+    def forward(self, images):
+        grade = (images.mean(dim=(1, 2, 3)) * 5).floor().clamp(0, 4).long()
+        return torch.nn.functional.one_hot(grade, 5).float() * 10
+
+
+def test_dr_utility_counts_kept_grades_and_their_kappa():
+    levels = torch.tensor([0.1, 0.3, 0.5, 0.7, 0.9, 0.1, 0.3, 0.5])  # grades 0 1 2 3 4 0 1 2
+    originals = levels[:, None, None, None].expand(8, 3, 4, 4).clone()
+    edited = originals.clone()
+    edited[0] += 0.2  # grade 0 -> 1
+    edited[4] -= 0.4  # grade 4 -> 2
+    instruments = pipeline.Instruments(None, None, None, None, pd.DataFrame(), 4, BrightnessGrader(), 5)
+    row, agreement = pipeline.dr_utility(instruments, originals, edited, np.arange(8), bootstrap=50, seed=0)
+    assert agreement.tolist() == [0, 1, 1, 1, 0, 1, 1, 1]
+    assert row["dr_agreement"] == pytest.approx(0.75)
+    assert row["dr_agreement_se"] == pytest.approx(np.std(agreement, ddof=1) / np.sqrt(8))
+    from anonpaper.metrics.classification import quadratic_weighted_kappa
+
+    before, after = [0, 1, 2, 3, 4, 0, 1, 2], [1, 1, 2, 3, 2, 0, 1, 2]
+    assert row["dr_qwk"] == pytest.approx(quadratic_weighted_kappa(before, after, 5))
+    assert 0 < row["dr_qwk"] < 1 and row["dr_qwk_se"] > 0
+    same, kept = pipeline.dr_utility(instruments, originals, originals, np.arange(8), bootstrap=50, seed=0)
+    assert same["dr_agreement"] == 1.0 and same["dr_qwk"] == 1.0 and kept.all()
+
+
+class StubCohort:
+    """A cohort table split by ``split`` (no images: the test patches ``load_images``)."""
+
+    name = "stub"
+    channels = 3
+
+    def __init__(self, table):
+        self.table = table
+
+    def split(self, name):
+        return StubCohort(self.table[self.table["split"] == name].reset_index(drop=True))
+
+
+def _stub(labels_in_test: bool, val: bool = False):
+    rows = [{"split": "train", "patient_id": f"p{i // 2}", "label_diabetes": float(i % 2)} for i in range(20)]
+    rows += [{"split": "test", "patient_id": f"t{i // 2}", "label_diabetes": float(i % 2) if labels_in_test
+              else np.nan} for i in range(6)]
+    if val:
+        rows += [{"split": "val", "patient_id": f"v{i}", "label_diabetes": float(i % 2)} for i in range(4)]
+    return StubCohort(pd.DataFrame(rows))
+
+
+def test_dr_sets_check_on_held_out_labelled_images(monkeypatch):
+    def images(kind, config, split):  # image value = row number within its split, to trace rows
+        count = len(cohort.split(split).table)
+        return np.arange(count, dtype=np.uint8)[:, None, None, None] * np.ones((1, 2, 2, 3), np.uint8)
+
+    monkeypatch.setattr(pipeline, "load_images", images)
+    cohort = _stub(labels_in_test=True)
+    assert pipeline.dr_label_column(cohort.table) == "label_diabetes"
+    sets = pipeline.dr_sets(cohort, "label_diabetes", None, seed=0)
+    assert sets.source == "test split" and len(sets.check[1]) == 6 and len(sets.train[1]) == 20
+    assert sets.val[0] is sets.train[0]  # no validation split: the epoch is selected on the training images
+
+    cohort = _stub(labels_in_test=False)  # ODIR-5K under paper 1's protocol: the testing images have no labels
+    sets = pipeline.dr_sets(cohort, "label_diabetes", None, seed=0)
+    assert "held out of training" in sets.source
+    assert len(sets.check[1]) == 4 and len(sets.train[1]) == 16  # 2 of 10 training patients
+    assert not set(sets.check[2]) & set(np.asarray([f"p{i // 2}" for i in range(20)])[sets.train[0][:, 0, 0, 0]])
+
+    cohort = _stub(labels_in_test=False, val=True)
+    sets = pipeline.dr_sets(cohort, "label_diabetes", None, seed=0)
+    assert sets.source == "validation split" and len(sets.check[1]) == 4 and len(sets.train[1]) == 20
+    assert pipeline.dr_label_column(pd.DataFrame({"dr_grade": [np.nan], "label_diabetes": [np.nan]})) is None
+
+
+# -- the real-data path (a fake ODIR-5K tree) ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def odir(tmp_path_factory):
+    from fakes import trees
+
+    return trees.make_odir(tmp_path_factory.mktemp("odir"), n_patients=16, n_test_patients=4)
+
+
+def test_the_chapter_passes_its_copy_to_the_generator_and_measures_on_it(odir):
+    from anonpaper.data import load_cohort
+    from anonpaper.experiments.generators import Config as GeneratorsConfig
+
+    config = chapter.Config(dataset="odir-5k", data_root=str(odir), data_protocol="patient_70_10_20", dr_epochs=1,
+                            bootstrap=5)
+    generator_config = pipeline.generators_config_for(config, GeneratorsConfig(retina_patients=8))
+    assert (generator_config.dataset, generator_config.data_root) == ("odir-5k", str(odir))
+    assert generator_config.retina_patients == 8  # the rest of the generators chapter's config is kept
+    assert pipeline.generators_config_for(chapter.Config(), GeneratorsConfig()) == GeneratorsConfig()
+    copy = load_cohort("odir-5k", odir, image_size=64, protocol="patient_70_10_20", seed=0)
+
+    queries, rows, test_images, patients = pipeline.real_queries(generator_config, 3, seed=0)
+    assert np.array_equal(patients, copy.split("test").table["patient_id"].to_numpy())
+    assert test_images.shape == (len(copy.split("test")), 3, 32, 32)
+    assert torch.equal(queries, torch.from_numpy(test_images[rows]))
+
+    model, info = pipeline.train_dr_classifier(config, generator_config)
+    assert info["column"] == "label_diabetes" and info["classes"] == 2 and info["n"] > 0
+    assert np.isfinite(info["qwk"]) and info["source"] in ("test split", "validation split")
+    grades = pipeline.dr_predictions(pipeline.Instruments(None, None, None, None, pd.DataFrame(), 64, model, 2),
+                                     torch.from_numpy(test_images))
+    assert grades.shape == (len(test_images),) and set(grades.tolist()) <= {0, 1}
+
+
+def test_a_missing_copy_stops_the_chapter_before_the_generator_loads(tmp_path, monkeypatch):
+    from anonpaper.experiments.generators import Config as GeneratorsConfig
+    from anonpaper.experiments.generators import DataCopyError
+
+    def no_generator(*args, **kwargs):
+        raise AssertionError("the generator was loaded for a missing copy")
+
+    monkeypatch.setattr(pipeline, "load_fundus_generator", no_generator)
+    config = chapter.Config(dataset="odir-5k", data_root=str(tmp_path / "missing"))
+    with pytest.raises(DataCopyError, match=r"DATA_ROOT '.*missing'.*not a folder"):
+        chapter.run(config, GeneratorsConfig())

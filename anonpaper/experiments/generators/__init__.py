@@ -1,5 +1,6 @@
 """The shared generators: fundus StyleGAN3-T and StyleGAN2, chest X-ray StyleGAN2 (grayscale), trained on the
-phantom cohorts, evaluated and cached, so the GAN chapters load them with :func:`load_generator`.
+phantom cohorts (the fundus ones on a real copy at ``DATA_ROOT`` when given), evaluated and cached, so the GAN
+chapters load them with :func:`load_generator`.
 
 The chapter ``notebooks/02_generators.ipynb`` imports this face.
 """
@@ -8,11 +9,12 @@ from anonpaper.experiments.generators.analysis import generators_table, metrics_
 from anonpaper.experiments.generators.claims import evaluate_claims
 from anonpaper.experiments.generators.config import KINDS, Config
 from anonpaper.experiments.generators.figures import plot_projections, plot_samples, plot_training, plot_truncation
-from anonpaper.experiments.generators.pipeline import (Outcome, TrainedGenerator, evaluate, export_outcome, generate,
-                                                       generator_description, load_generator, run)
+from anonpaper.experiments.generators.pipeline import (DataCopyError, Outcome, TrainedGenerator, check_data, evaluate,
+                                                       export_outcome, generate, generator_description, kind_cohort,
+                                                       load_generator, run, vessel_cohort)
 from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights
 
-__all__ = ["Config", "KINDS", "Outcome", "TrainedGenerator", "WeightsRefused", "evaluate", "evaluate_claims",
-           "export_outcome", "export_weights", "generate", "generator_description", "generators_table", "load_generator",
-           "load_weights", "metrics_table", "plot_projections", "plot_samples", "plot_training", "plot_truncation",
-           "protocols_table", "run"]
+__all__ = ["Config", "DataCopyError", "KINDS", "Outcome", "TrainedGenerator", "WeightsRefused", "check_data",
+           "evaluate", "evaluate_claims", "export_outcome", "export_weights", "generate", "generator_description",
+           "generators_table", "kind_cohort", "load_generator", "load_weights", "metrics_table", "plot_projections",
+           "plot_samples", "plot_training", "plot_truncation", "protocols_table", "run", "vessel_cohort"]

@@ -8,6 +8,8 @@ from typing import Any
 from anonpaper.experiments.chapter import ChapterConfig, parameter
 from anonpaper.models.stylegan.config import get_config, list_configs
 
+PHANTOM_FUNDUS = "phantom-retina"
+
 # The three generators the GAN chapters share: kind -> (dataset, config field of its StyleGAN config, of its kimg,
 # image channels).
 KINDS: dict[str, tuple[str, str, str, int]] = {
@@ -22,6 +24,19 @@ class Config(ChapterConfig):
     """Everything that determines the chapter's cohorts, generators and numbers (see the help texts)."""
 
     seed: int = parameter(0, "Seed of every random draw (cohorts, networks, evaluation samples).")
+    dataset: str = parameter(PHANTOM_FUNDUS, "Fundus dataset the two fundus generators learn: 'phantom-retina' "
+                                             "(generated here) or a registered real fundus dataset (paper 1: "
+                                             "'odir-5k'), which also needs DATA_ROOT. The chest X-ray generator "
+                                             "always learns the phantom.")
+    data_root: str | None = parameter(None, "Folder of your copy of the real fundus dataset (None: the phantom); "
+                                            "only read, never downloaded (layout: data_manifests/<name>.yaml).")
+    data_protocol: str | None = parameter(None, "Split protocol of the real dataset (data_manifests/<name>.yaml; "
+                                                "None: its default, for ODIR-5K 'paper1': 3000 training and 500 "
+                                                "testing images).")
+    vessel_data_root: str | None = parameter(None, "Folder of a DRIVE copy to train the vessel U-Net on (its "
+                                                   "training images train it, its test images check its Dice). "
+                                                   "None: the phantom's exact vessel masks, a domain gap on real "
+                                                   "photographs (ODIR-5K has no vessel masks).")
     image_size: int = parameter(32, "Square image side in pixels of the cohorts and generators (the papers: 256; "
                                     "quick: 32, because 64 px StyleGANs cost 860-2000 CPU-s/kimg).")
     retina_patients: int = parameter(300, "Phantom fundus patients (about two eyes each).")
@@ -91,6 +106,7 @@ class Config(ChapterConfig):
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        check_data_parameters(self)
         for kind in KINDS:
             architecture = self.stylegan_config(kind).architecture
             expected = "sg3t" if kind.endswith("sg3t") else "sg2"
@@ -113,10 +129,28 @@ class Config(ChapterConfig):
         """Training steps of generator ``kind`` (kimg rounded up to whole batches)."""
         return max(1, int(round(self.kimg(kind) * 1000 / self.batch_size)))
 
+    @property
+    def is_phantom(self) -> bool:
+        """Whether the fundus generators learn the phantom (no DATA_ROOT)."""
+        return self.data_root is None
+
+    def dataset_name(self, kind: str) -> str:
+        """Registry name of the cohort generator ``kind`` learns (DATASET for the fundus generators)."""
+        default = KINDS[kind][0]
+        return self.dataset if default == PHANTOM_FUNDUS else default
+
     def cohort_options(self, kind: str) -> dict[str, Any]:
-        """``load_cohort`` options of the cohort generator ``kind`` learns."""
-        dataset = KINDS[kind][0]
-        patients = self.retina_patients if dataset == "phantom-retina" else self.cxr_patients
+        """``load_cohort`` options of the cohort generator ``kind`` learns (a real copy: its folder, split protocol
+        and the images' side after the field-of-view crop)."""
+        if KINDS[kind][0] == PHANTOM_FUNDUS and not self.is_phantom:
+            return {"root": self.data_root, "image_size": self.cohort_size, "seed": self.seed,
+                    "protocol": self.data_protocol}
+        return self.phantom_options(kind)
+
+    def phantom_options(self, kind: str) -> dict[str, Any]:
+        """``load_cohort`` options of the phantom of generator ``kind``'s modality (the instruments that need exact
+        phantom masks or keypoints learn it whatever DATASET is)."""
+        patients = self.retina_patients if KINDS[kind][0] == PHANTOM_FUNDUS else self.cxr_patients
         return {"n_patients": patients, "image_size": self.cohort_size, "seed": self.seed}
 
     @property
@@ -124,3 +158,36 @@ class Config(ChapterConfig):
         """Image side of the phantom cohorts (their smallest is 64 px; smaller generators see area-downsampled
         images, and evaluation upsamples both sets back to this size for the cohort-trained U-Nets)."""
         return max(64, self.image_size)
+
+
+def check_data_parameters(config) -> None:
+    """Validate a chapter's DATASET / DATA_ROOT / DATA_PROTOCOL / VESSEL_DATA_ROOT fields (names only; the copies
+    themselves are checked by :func:`anonpaper.experiments.generators.pipeline.check_data` before any training).
+
+    Raises:
+        ValueError: Naming the parameter, what is expected and what was given.
+    """
+    from anonpaper.data.manifests import available_manifests, load_manifest
+
+    dataset, root, protocol = config.dataset, config.data_root, config.data_protocol
+    for name in ("data_root", "vessel_data_root"):
+        value = getattr(config, name)
+        if value is not None and not (isinstance(value, str) and value.strip()):
+            raise ValueError(f"{name.upper()} must be a folder path or None, got {value!r}")
+    if dataset == PHANTOM_FUNDUS:
+        if root is not None:
+            raise ValueError(f"DATA_ROOT is {root!r} but DATASET is the phantom {PHANTOM_FUNDUS!r}: set DATASET to "
+                             f"the real dataset of that copy (e.g. 'odir-5k')")
+        if protocol is not None:
+            raise ValueError(f"DATA_PROTOCOL applies to a real dataset; DATASET is the phantom, got {protocol!r}")
+        return
+    fundus = [name for name in available_manifests() if load_manifest(name).modality == "fundus"]
+    if dataset not in fundus:
+        raise ValueError(f"DATASET must be {PHANTOM_FUNDUS!r} or a real fundus dataset {fundus}, got {dataset!r}")
+    if root is None:
+        raise ValueError(f"DATASET {dataset!r} is a real dataset: set DATA_ROOT to the folder of your copy (layout: "
+                         f"data_manifests/{dataset}.yaml); nothing is downloaded")
+    protocols = sorted(load_manifest(dataset).split_protocols)
+    if protocol is not None and protocol not in protocols:
+        raise ValueError(f"DATA_PROTOCOL must be None or one of {dataset}'s split protocols {protocols}, got "
+                         f"{protocol!r}")

@@ -35,12 +35,14 @@ def _grid(rows: list[tuple[str, np.ndarray]], columns: int, title: str):
 
 
 def plot_samples(outcome: Outcome, columns: int = 8):
-    """Per generator: real phantom images, generated ones (psi 1) and the untrained generator's."""
+    """Per generator: real images of its cohort (phantom or DATASET), generated ones (psi 1) and the untrained
+    generator's."""
     rows = []
     for kind, samples in outcome.samples.items():
-        rows += [(f"{kind}\nreal", samples["real"]), (f"{kind}\ngenerated", samples["generated"]),
-                 (f"{kind}\nuntrained", samples["untrained"])]
-    return _grid(rows, columns, "Real phantom images, generated images (psi = 1) and an untrained generator's")
+        rows += [(f"{kind}\nreal ({outcome.config.dataset_name(kind)})", samples["real"]),
+                 (f"{kind}\ngenerated", samples["generated"]), (f"{kind}\nuntrained", samples["untrained"])]
+    return _grid(rows, columns, "Real images of each generator's cohort, generated images (psi = 1) and an "
+                                "untrained generator's")
 
 
 def plot_truncation(outcome: Outcome):

@@ -7,6 +7,11 @@ with the same config resumes from it (exactly, on CPU: :func:`anonpaper.train.ga
 ``weights/`` (:mod:`.weights`) are used instead of training when their config matches.
 
 The GAN chapters call :func:`load_generator(kind, config) <load_generator>`.
+
+Data. The fundus generators learn ``Config.dataset``: the phantom by default, or a real copy at ``DATA_ROOT``
+(:func:`kind_cohort`; :func:`check_data` reads it before any training, so a missing or broken copy stops the run
+with the path and the problem named). The vessel U-Net that gives the fundus features learns the phantom's exact
+masks, or a DRIVE copy at ``VESSEL_DATA_ROOT`` (:func:`vessel_cohort`); real datasets such as ODIR-5K have none.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import torch
 
 from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
-from anonpaper.experiments.generators.config import KINDS, Config
+from anonpaper.experiments.generators.config import KINDS, PHANTOM_FUNDUS, Config
 from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights
 from anonpaper.metrics.distribution import frechet_distance, kernel_inception_distance, knn_precision_recall, swd
 from anonpaper.metrics.quality import psnr, ssim
@@ -66,9 +71,80 @@ class TrainedGenerator:
         return self.seconds / self.kimg if self.kimg and self.seconds else float("nan")
 
 
+def kind_cohort(kind: str, config: Config):
+    """The cohort generator ``kind`` learns: the phantom, or the real fundus copy at ``config.data_root`` (whose
+    errors name DATA_ROOT and the problem, :class:`DataCopyError`)."""
+    name = config.dataset_name(kind)
+    if name == KINDS[kind][0]:
+        return load_cohort(name, **config.cohort_options(kind))
+    return _opened(f"DATASET {name!r}", "DATA_ROOT", config.data_root,
+                   lambda: load_cohort(name, **config.cohort_options(kind)))
+
+
+def vessel_cohort(config: Config) -> tuple[Any, str]:
+    """``(cohort, mask name)`` the vessel U-Net learns: a DRIVE copy at ``config.vessel_data_root`` (its official
+    test images become the validation split that checks the U-Net's Dice), else the fundus phantom's exact masks."""
+    if config.vessel_data_root is None:
+        return load_cohort(PHANTOM_FUNDUS, **config.phantom_options("fundus-sg2")), "vessel"
+    protocol = {"name": "drive-train-val", "kind": "official", "column": "official_split",
+                "mapping": {"train": "train", "test": "val"}}
+    return load_cohort("drive", root=config.vessel_data_root, image_size=config.cohort_size, protocol=protocol,
+                       seed=config.seed), "vessels"
+
+
+def _opened(what: str, parameter: str, root: str, load):
+    """``load()``, with any error of a user's copy re-raised naming the parameter, the folder and the problem."""
+    try:
+        return load()
+    except (OSError, ValueError) as error:  # DataError is a ValueError; a missing folder an OSError
+        raise DataCopyError(f"{parameter} {root!r} ({what}) cannot be used: {error}") from error
+
+
+class DataCopyError(ValueError):
+    """A real dataset copy named by a chapter parameter is missing or broken (the message names both)."""
+
+
+def check_data(config: Config, min_train: int = 8) -> dict[str, int]:
+    """Read every real copy the config names (labels, file listing, one image per split) before any training.
+
+    Returns:
+        Images per split of the fundus cohort (and ``vessel_train`` / ``vessel_val`` with a DRIVE copy).
+
+    Raises:
+        DataCopyError: A copy is missing, unreadable, or too small (fewer than ``min_train`` training images, no
+            test image), naming the parameter, the folder and the problem.
+    """
+    counts: dict[str, int] = {}
+    if not config.is_phantom:
+        what = f"DATASET {config.dataset!r}"
+        cohort = kind_cohort("fundus-sg3t", config)
+        for split in ("train", "val", "test"):
+            counts[split] = len(cohort.split(split))
+        problems = []
+        if counts["train"] < min_train:
+            problems.append(f"{counts['train']} training images (at least {min_train} needed)")
+        if counts["test"] < 1:
+            problems.append("no test image (the projector inverts held-out test images)")
+        if problems:
+            raise DataCopyError(f"DATA_ROOT {config.data_root!r} ({what}, protocol "
+                                f"{config.data_protocol or 'default'}): " + "; ".join(problems))
+        for split in ("train", "test"):
+            _opened(what, "DATA_ROOT", config.data_root, lambda: cohort.split(split).image(0))
+    if config.vessel_data_root is not None:
+        cohort, mask = _opened("a DRIVE copy", "VESSEL_DATA_ROOT", config.vessel_data_root,
+                               lambda: vessel_cohort(config))
+        counts["vessel_train"], counts["vessel_val"] = len(cohort.split("train")), len(cohort.split("val"))
+        if not counts["vessel_train"] or not counts["vessel_val"]:
+            raise DataCopyError(f"VESSEL_DATA_ROOT {config.vessel_data_root!r} (a DRIVE copy): "
+                                f"{counts['vessel_train']} training and {counts['vessel_val']} test images with vessel "
+                                "annotations; both are needed")
+        _opened("a DRIVE copy", "VESSEL_DATA_ROOT", config.vessel_data_root, lambda: cohort.split("train").masks(0))
+    return counts
+
+
 def load_images(kind: str, config: Config, split: str | None = None) -> np.ndarray:
     """The cohort images generator ``kind`` learns, uint8 (N, H, W[, C]), of one split (None: train)."""
-    cohort = load_cohort(KINDS[kind][0], **config.cohort_options(kind))
+    cohort = kind_cohort(kind, config)
     images = cohort.split(split or "train").load_images()
     if config.image_size == config.cohort_size:
         return images
@@ -93,7 +169,7 @@ def training_config(kind: str, config: Config, output_dir: str | None = None,
 
 def generator_description(kind: str, config: Config) -> dict[str, Any]:
     """What identifies a trained generator (its cache key): architecture, recipe, data and seed."""
-    cohort = load_cohort(KINDS[kind][0], **config.cohort_options(kind))
+    cohort = kind_cohort(kind, config)
     recipe = asdict(training_config(kind, config, output_dir=None, progress=False))
     for name in ("output_dir", "progress", "checkpoint_every", "sample_every", "metrics_every", "log_every"):
         recipe.pop(name)
@@ -139,6 +215,11 @@ def load_generator(kind: str, config: Config | None = None, *, train: bool = Tru
                 raise
             print(f"refused shipped weights, training instead (TRAIN_IF_WEIGHTS_REFUSED): {error}")
             shipped = None
+        if shipped is not None:
+            learned = (shipped[1].get("data") or {}).get("dataset", KINDS[kind][0])
+            if learned != config.dataset_name(kind):
+                print(f"shipped weights of {kind} learned {learned!r}, not {config.dataset_name(kind)!r}: not used")
+                shipped = None
         if shipped is not None:
             generator, record = shipped
             return TrainedGenerator(kind, generator, "weights", float(record["kimg"]), pd.DataFrame(), 0.0,
@@ -265,15 +346,20 @@ def unet_features(model, images: torch.Tensor, batch_size: int = 50) -> np.ndarr
 
 
 def _segmenter(dataset: str, config: Config, progress: bool):
-    cohort = load_cohort(dataset, **config.cohort_options("cxr-sg2" if dataset == "phantom-cxr" else "fundus-sg2"))
+    """The U-Net of one modality (key: its phantom's name) and its check; the fundus one learns
+    :func:`vessel_cohort`."""
     mask = FEATURE_MASKS[dataset]
+    if dataset == PHANTOM_FUNDUS:
+        cohort, cohort_mask = vessel_cohort(config)
+    else:
+        cohort, cohort_mask = load_cohort(dataset, **config.phantom_options("cxr-sg2")), mask
     patch = min(64, config.image_size)
-    model = trained_segmenter(cohort, mask, epochs=config.segmenter_epochs, patch_size=patch,
+    model = trained_segmenter(cohort, cohort_mask, epochs=config.segmenter_epochs, patch_size=patch,
                               patches_per_epoch=384, seed=config.seed, progress=progress)
     dice = model.val_dice
     check = "" if dice >= config.segmenter_min_dice else (f"{mask} segmenter validation Dice {dice:.3f} < "
                                                           f"{config.segmenter_min_dice}")
-    return model.model, {"mask": mask, "val_dice": dice, "check": check}
+    return model.model, {"mask": mask, "val_dice": dice, "check": check, "trained_on": cohort.name}
 
 
 def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: str) -> tuple[list[dict], dict]:
@@ -316,7 +402,7 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
     add(f"{mask_name}_fraction/real", real_fraction, f"{mask_name} U-Net, threshold 0.5, all pixels")
     add(f"{mask_name}_fraction/generated", fake_fraction, f"{mask_name} U-Net, threshold 0.5, all pixels")
     if config.image_size < config.cohort_size:  # what resampling to the generator's size costs the instrument
-        cohort = load_cohort(KINDS[kind][0], **config.cohort_options(kind))
+        cohort = kind_cohort(kind, config)
         native = _as_float(cohort.split("train").load_images())[np.sort(pick)]
         add(f"{mask_name}_fraction/real_native", float((segment(segmenter, native) >= 0.5).mean()),
             f"{mask_name} U-Net on the same real images at the cohort's {config.cohort_size} px (not resampled)")
@@ -344,6 +430,7 @@ def run(config: Config, kinds: tuple[str, ...] | None = None, progress: bool = T
     """Load or train every generator, then evaluate each against its cohort."""
     start = time.perf_counter()
     kinds = tuple(kinds or KINDS)
+    check_data(config)  # a missing or broken copy stops here, before any training
     generators = {kind: load_generator(kind, config, progress=progress) for kind in kinds}
     segmenters, rows, samples = {}, [], {}
     for kind in kinds:
@@ -371,7 +458,7 @@ def export_outcome(outcome: Outcome, directory: str | Path | None = None) -> lis
     for kind, trained in outcome.generators.items():
         rows = outcome.metrics[outcome.metrics["kind"] == kind]
         metrics = {row.metric: row.value for row in rows.itertuples()}
-        data = {"dataset": KINDS[kind][0], **outcome.config.cohort_options(kind)}
+        data = {"dataset": outcome.config.dataset_name(kind), **outcome.config.cohort_options(kind)}
         paths.append(export_weights(trained.generator, directory, kind=kind, kimg=trained.kimg,
                                     seed=outcome.config.seed, metrics=metrics, data=data))
     return paths

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from anonpaper.experiments.vascular.pipeline import LOWRANK, METHODS, OURS, RESEFA, STYLESPACE, Outcome
+from anonpaper.experiments.vascular.pipeline import DR_CHECK, LOWRANK, METHODS, OURS, RESEFA, STYLESPACE, Outcome
 from anonpaper.methods.jacobian_edit import tradeoff_curves
 
 # Paper Table 2 (alpha = 0.5, 1,000 ODIR-5K test images): FID, LPIPS, FS_SIFT, FS_SR, RROI, AMS.
@@ -27,6 +27,8 @@ PAPER_TABLE3 = {
 }
 PAPER_NAMES = {"fd": "FID", "lpips": "LPIPS", "fs_sift": "FS_SIFT", "fs_sr": "FS_SR", "rroi": "RROI", "ams": "AMS",
                "mse": "MSE", "swd": "SWD"}
+# Beyond the paper (the issue's lesion utility): the DR classifier's agreement and kappa between image and edit.
+DR_COLUMNS = {"dr_agreement": "DR agreement", "dr_qwk": "DR QWK"}
 
 
 def missing_reasons(table: pd.DataFrame) -> dict[str, str]:
@@ -39,6 +41,8 @@ def missing_reasons(table: pd.DataFrame) -> dict[str, str]:
             reasons[column] = "not in the paper"
         elif str(column).lower().startswith("rroi"):
             reasons[column] = "no vessel pixel in the originals"
+        elif str(column).lower().startswith("dr"):
+            reasons[column] = "no DR classifier (no DR label in the data) or no edit"
         else:
             reasons[column] = "no edit"
     return reasons
@@ -88,7 +92,8 @@ def layer_table(outcome: Outcome, top: int = 10) -> pd.DataFrame:
 
 def table2(outcome: Outcome, image_set: str = "generated", alpha: float | None = None) -> pd.DataFrame:
     """Paper Table 2 beside ours: per method at ``alpha`` (default the config's ``table_alpha``), each metric as
-    ``<metric>`` (ours) and ``<metric> paper``; plus our rank-1 re-identification and matched step."""
+    ``<metric>`` (ours) and ``<metric> paper``; beside RROI and AMS the DR classifier's agreement and kappa with
+    their SEs (no paper number: the paper has no DR classifier); our rank-1 re-identification and matched step."""
     alpha = outcome.config.table_alpha if alpha is None else alpha
     rows = []
     for method in METHODS:
@@ -99,6 +104,9 @@ def table2(outcome: Outcome, image_set: str = "generated", alpha: float | None =
             entry[name] = row.get(metric, np.nan)
             paper = PAPER_TABLE2.get(method)
             entry[f"{PAPER_NAMES[metric]} paper"] = paper[position] if paper else np.nan
+        for metric, name in DR_COLUMNS.items():
+            entry[name] = row.get(metric, np.nan)
+            entry[f"{name} SE"] = row.get(f"{metric}_se", np.nan)
         entry["rank-1 re-id"] = row.get("rank1", np.nan)
         entry["step"] = row.get("step", np.nan)
         entry["note"] = row.get("error", "") or ""
@@ -109,7 +117,8 @@ def table2(outcome: Outcome, image_set: str = "generated", alpha: float | None =
 def sweep_table(outcome: Outcome, image_set: str = "generated") -> pd.DataFrame:
     """Every method at every strength on one image set: the metrics with their standard errors."""
     columns = ["method", "alpha", "step", "change", "fd", "lpips", "fs_sift", "fs_sift_se", "fs_sr", "fs_sr_se",
-               "rroi", "rroi_se", "rroi_median", "rroi_unbounded", "ams", "rank1", "rank1_se", "n"]
+               "rroi", "rroi_se", "rroi_median", "rroi_unbounded", "ams", "dr_agreement", "dr_agreement_se", "dr_qwk",
+               "dr_qwk_se", "rank1", "rank1_se", "n"]
     frame = outcome.sweep[outcome.sweep["image_set"] == image_set]
     return frame[[column for column in columns if column in frame.columns]].reset_index(drop=True)
 
@@ -199,6 +208,7 @@ def discussion(outcome: Outcome, claims) -> str:
             for key, name in (("fs_sift", "FS_SIFT"), ("fs_sr", "FS_SR"), ("rroi", "RROI"), ("ams", "AMS"),
                               ("lpips", "LPIPS")))
             + "; our FD is on the vessel U-Net's features and not comparable with the paper's FID.")
+    lines += _dr_lines(outcome)
     real = outcome.row("real", "unedited", 0.0)
     if real:
         target = outcome.row("real", "real image (not projected)", 0.0)
@@ -214,8 +224,34 @@ def discussion(outcome: Outcome, claims) -> str:
                      + "; on the attacker's embedding: "
                      + ", ".join(f"{row['variant']} {row['FD (attacker embedding)']:.2f}" for row in rows)
                      + f" (paper FID: plain {PAPER_TABLE3['plain'][0]}, +both {PAPER_TABLE3['+both'][0]}).")
+    if outcome.generator_config is not None and not outcome.generator_config.is_phantom:
+        vessels = ("the DRIVE copy" if outcome.generator_config.vessel_data_root
+                   else "the fundus phantom's vessel masks")
+        lines.append(f"- **Real data.** The generator, the projector's held-out images, the attacker and the DR "
+                     f"classifier used {outcome.generator['data']}; the vessel U-Net learned {vessels}, the "
+                     "hard-exudate U-Net and the keypoint detector the phantom: their numbers on real photographs "
+                     "carry that domain gap.")
     return "\n".join(lines)
 
-__all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "discussion", "generator_table", "instruments_table", "layer_table", "missing_reasons",
-           "seconds_table",
-           "speed_table", "sweep_table", "table2", "table3", "top_channels_table", "tradeoff_table"]
+
+def _dr_lines(outcome: Outcome) -> list[str]:
+    """The discussion's DR-utility bullet: the classifier's check and each method's agreement at the Table 2
+    strength on generated images."""
+    checks = outcome.instruments
+    rows = checks[checks["measure"] == DR_CHECK] if "measure" in checks else checks.iloc[:0]
+    if rows.empty:
+        return []
+    check = rows.iloc[0]
+    alpha = outcome.config.table_alpha
+    agreements = [f"{method} {outcome.row('generated', method, alpha).get('dr_agreement', np.nan):.0%}"
+                  for method in METHODS]
+    verdict = ("passes its check" if check["value"] >= check["floor"] else "fails its check, so the DR utility "
+               "decides nothing")
+    return [f"- **DR utility.** The {check['instrument']} reaches QWK {check['value']:.3f} (floor "
+            f"{check['floor']:g}) and {verdict}. Generated images whose predicted class the edit at alpha "
+            f"{alpha:g} keeps: " + ", ".join(agreements).replace("nan%", "undefined") + "."]
+
+
+__all__ = ["DR_COLUMNS", "PAPER_TABLE2", "PAPER_TABLE3", "discussion", "generator_table", "instruments_table",
+           "layer_table", "missing_reasons", "seconds_table", "speed_table", "sweep_table", "table2", "table3",
+           "top_channels_table", "tradeoff_table"]

@@ -17,6 +17,17 @@ class Config(ChapterConfig):
     generators_profile: str = parameter("quick", "Profile of the generators chapter (02_generators) whose fundus "
                                                  "StyleGAN3-T this chapter uses (quick: a 32 px sg3t-tiny trained a "
                                                  "few minutes on CPU; paper: the 256 px sg3t-paper256).")
+    dataset: str = parameter("phantom-retina", "Fundus dataset of the generator and of the real held-out images: "
+                                               "'phantom-retina' or a real fundus dataset (the paper: 'odir-5k'), "
+                                               "which also needs DATA_ROOT; passed to the generators chapter, whose "
+                                               "fundus StyleGAN3-T then learns the copy.")
+    data_root: str | None = parameter(None, "Folder of your copy of the real dataset (None: the phantom). The "
+                                            "vessel and hard-exudate U-Nets and the keypoint detector still learn "
+                                            "the phantom's exact masks and keypoints (ODIR-5K has none).")
+    data_protocol: str | None = parameter(None, "Split protocol of the real dataset (None: its default, for "
+                                                "ODIR-5K 'paper1': 3000 training, 500 testing images).")
+    vessel_data_root: str | None = parameter(None, "Folder of a DRIVE copy for the vessel U-Net (None: the "
+                                                   "phantom's vessel masks, a domain gap on real photographs).")
     score_images: int = parameter(64, "T, generated images whose contribution scores are averaged (paper Eq. 10: "
                                       "T = 1000).")
     chunk_size: int = parameter(8, "S channels per vectorised forward-mode JVP (speed only; the scores do not "
@@ -42,6 +53,13 @@ class Config(ChapterConfig):
                                                "claims that rest on it are undecided.")
     keypoint_epochs: int = parameter(5, "Epochs of the keypoint detector that stands in for SuperRetina (FS_SR; "
                                         "about 40 CPU-s an epoch on the quick cohort).")
+    dr_backbone: str = parameter("small_cnn", "Backbone of the DR classifier that measures lesion utility (trained "
+                                              "from scratch on the real training images at the generator's "
+                                              "resolution; ICDR grade 0-4, or ODIR-5K's diabetes flag).")
+    dr_epochs: int = parameter(20, "Epochs of the DR classifier (class-weighted focal loss, gamma 0.6, as paper 2).")
+    dr_min_qwk: float = parameter(0.4, "The DR classifier's own check: below this quadratic-weighted kappa against "
+                                       "the true grades of held-out real images, the DR utility is not trusted and "
+                                       "the claim that rests on it is undecided.")
     attacker_backbone: str = parameter("small_cnn", "Backbone of the re-identification attacker (an ArcFace "
                                                     "embedding trained on the phantom's patients).")
     attacker_epochs: int = parameter(30, "Epochs of the re-identification attacker.")
@@ -93,6 +111,9 @@ class Config(ChapterConfig):
                                                  f"{self.keypoint_epochs!r}"),
             (isinstance(self.attacker_backbone, str) and bool(self.attacker_backbone),
              f"ATTACKER_BACKBONE must be a backbone name, got {self.attacker_backbone!r}"),
+            (positive_int(self.dr_epochs), f"DR_EPOCHS must be a positive integer, got {self.dr_epochs!r}"),
+            (isinstance(self.dr_min_qwk, (int, float)) and -1 <= self.dr_min_qwk <= 1,
+             f"DR_MIN_QWK must lie in [-1, 1], got {self.dr_min_qwk!r}"),
             (positive_int(self.attacker_epochs), f"ATTACKER_EPOCHS must be a positive integer, got "
                                                  f"{self.attacker_epochs!r}"),
             (isinstance(self.min_vessel_ratio, (int, float)) and 0 < self.min_vessel_ratio <= 1,
@@ -110,10 +131,17 @@ class Config(ChapterConfig):
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        from anonpaper.experiments.generators.config import check_data_parameters
         from anonpaper.models.classifiers import CLASSIFIER_NAMES
 
-        if self.attacker_backbone not in CLASSIFIER_NAMES:
-            raise ValueError(f"ATTACKER_BACKBONE must be one of {CLASSIFIER_NAMES}, got {self.attacker_backbone!r}")
+        for name in ("attacker_backbone", "dr_backbone"):
+            if getattr(self, name) not in CLASSIFIER_NAMES:
+                raise ValueError(f"{name.upper()} must be one of {CLASSIFIER_NAMES}, got {getattr(self, name)!r}")
+        check_data_parameters(self)
+
+    def data_parameters(self) -> dict:
+        """The data fields this chapter passes on to the generators chapter's config."""
+        return {name: getattr(self, name) for name in ("dataset", "data_root", "data_protocol", "vessel_data_root")}
 
     @property
     def strengths(self) -> tuple[float, ...]:

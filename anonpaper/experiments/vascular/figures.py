@@ -154,7 +154,8 @@ def plot_metrics_by_strength(outcome: Outcome, image_set: str = "generated"):
     figure, axis = plt.subplots(figsize=(6, 3.5))
     undefined = []
     for metric, label in (("fd", "FD"), ("lpips", "LPIPS"), ("fs_sift", "FS_SIFT"), ("fs_sr", "FS_SR"),
-                          ("rroi", "RROI"), ("ams", "AMS"), ("rank1", "rank-1 re-id")):
+                          ("rroi", "RROI"), ("ams", "AMS"), ("dr_agreement", "DR agreement"),
+                          ("rank1", "rank-1 re-id")):
         if metric not in part:
             continue
         values = part[metric].to_numpy(dtype=float)
@@ -177,19 +178,21 @@ def plot_metrics_by_strength(outcome: Outcome, image_set: str = "generated"):
 
 def plot_privacy_utility(outcome: Outcome):
     """Privacy against lesion utility for every method over alpha (beyond the paper): the attacker's rank-1
-    re-identification (lower = more private) against RROI and AMS, generated and real images."""
+    re-identification (lower = more private) against RROI, AMS and the DR classifier's agreement (the share of
+    images whose predicted DR class the edit keeps), generated and real images."""
     sets = [name for name in ("generated", "real") if (outcome.sweep["image_set"] == name).any()]
-    figure, axes = plt.subplots(len(sets), 2, figsize=(10, 3.4 * len(sets)), squeeze=False)
+    measures = (("rroi", "RROI (higher keeps lesions)", "no vessel pixel in the originals"),
+                ("ams", "AMS (higher keeps the exudate label)", "no exudate classifier"),
+                ("dr_agreement", "DR agreement (higher keeps the DR class)", "no DR classifier: no DR label"))
+    figure, axes = plt.subplots(len(sets), len(measures), figsize=(14, 3.4 * len(sets)), squeeze=False)
     for r, image_set in enumerate(sets):
         part = outcome.sweep[outcome.sweep["image_set"] == image_set]
-        for c, (metric, label) in enumerate((("rroi", "RROI (higher keeps lesions)"),
-                                             ("ams", "AMS (higher keeps the exudate label)"))):
+        for c, (metric, label, why) in enumerate(measures):
             axis = axes[r, c]
             if metric not in part or not np.isfinite(part[metric].to_numpy(dtype=float)).any():
                 axis.axis("off")
-                axis.text(0.5, 0.5, f"{label.split(' (')[0]} undefined on {image_set} images in this run\n"
-                                    "(no vessel pixel in the originals)", ha="center", va="center", fontsize=8,
-                          transform=axis.transAxes)
+                axis.text(0.5, 0.5, f"{label.split(' (')[0]} undefined on {image_set} images in this run\n({why})",
+                          ha="center", va="center", fontsize=8, transform=axis.transAxes)
                 continue
             for method in METHODS:
                 curve = part[part["method"] == method].sort_values("alpha")

@@ -5,7 +5,8 @@ attacker, and the Table 3 loss ablation (Zhao et al., Biomedical Optics Express 
 Stages of :func:`run` (each timed in ``Outcome.seconds``):
 
 1. the generator (:func:`load_fundus_generator`) and the cohort-trained instruments (:func:`load_instruments`:
-   vessel and hard-exudate U-Nets, the keypoint detector of FS_SR, the re-identification attacker);
+   vessel and hard-exudate U-Nets, the keypoint detector of FS_SR, the re-identification attacker, and the DR
+   classifier of the lesion utility, :func:`train_dr_classifier`);
 2. the instrument check: the vessel fraction the segmenter finds in generated images against real ones
    (:func:`vessel_check`), and the vessel masks of generated images (:func:`vessel_masks`);
 3. contribution scores of every S channel on ``T`` generated images (:func:`score_channels`, Eq. 8-10);
@@ -13,13 +14,22 @@ Stages of :func:`run` (each timed in ``Outcome.seconds``):
    StyleSpace / LowRankGAN / ReSeFa baselines, each step matched to the mean image change of our top-channel edit at
    the same alpha;
 5. the metrics of every method and strength on generated and on projected real images (:func:`measure`): FD,
-   domain LPIPS, FS_SIFT, FS_SR, RROI, AMS and the attacker's rank-1 re-identification;
+   domain LPIPS, FS_SIFT, FS_SR, RROI, AMS, the DR classifier's agreement and quadratic-weighted kappa between
+   each image and its edit, and the attacker's rank-1 re-identification;
 6. the Table 3 ablation (:func:`loss_ablation`).
 
 Resolution. The generator may be smaller than the cohort (32 px at ``quick``, whose phantoms are 64 px): every
 instrument is trained on the cohort at its own size and applied to images bilinearly upsampled to it, and vessel
 masks are brought back to the generator's size by max-pooling (a generator pixel is vessel when any of its cohort
-pixels is).
+pixels is). The DR classifier is the exception: it learns the real training images at the generator's own
+resolution and sees generated and edited images as they are.
+
+Data. ``Config.dataset`` / ``data_root`` (the phantom, or a real copy such as ODIR-5K) are passed to the
+generators chapter's config (:func:`generators_config_for`): the generator learns the copy, the held-out images the
+projector inverts are its test images, and the attacker and the DR classifier learn its training images. The vessel
+and hard-exudate U-Nets and the keypoint detector need pixel masks and exact keypoints that a real dataset such as
+ODIR-5K lacks: they learn the fundus phantom (the vessel U-Net a DRIVE copy at ``vessel_data_root`` when given),
+which on real photographs is a domain gap.
 """
 
 from __future__ import annotations
@@ -39,15 +49,19 @@ from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
 from anonpaper.experiments.generators import Config as GeneratorsConfig
 from anonpaper.experiments.generators import TrainedGenerator, load_generator
-from anonpaper.experiments.generators.pipeline import generate, load_images, training_config, unet_features
+from anonpaper.experiments.generators.config import PHANTOM_FUNDUS
+from anonpaper.experiments.generators.pipeline import (check_data, generate, kind_cohort, load_images, training_config,
+                                                       unet_features, vessel_cohort)
 from anonpaper.methods.jacobian_edit import ChannelScores, contribution_scores, edit_channels, jvp_columns
 from anonpaper.methods.sspace_baselines import (LatentCoordinates, lowrank_directions, region_gram_matrices,
                                                 resefa_directions, step_for_image_change, stylespace_channels,
                                                 stylespace_direction, w_coordinates)
+from anonpaper.metrics.classification import accuracy, quadratic_weighted_kappa
 from anonpaper.metrics.distribution import frechet_distance, swd
 from anonpaper.metrics.identity import cross_pair_scores, fs_sift
 from anonpaper.metrics.lesion import rroi
 from anonpaper.metrics.quality import domain_lpips, feature_tap_distance
+from anonpaper.metrics.statistics import patient_bootstrap_se
 from anonpaper.models.keypoints import fs_sr
 from anonpaper.models.stylegan import (ResidualDiscriminator, StyleCodes, StyleGenerator, project, style_statistics,
                                        to_unit_range)
@@ -64,11 +78,22 @@ METHODS = (OURS, OURS_SEVERAL, STYLESPACE, LOWRANK, RESEFA)
 ABLATIONS = {"plain": (), "+vessel": ("vessel",), "+lesion": ("lesion",), "+both": ("vessel", "lesion")}
 LPIPS_WEIGHT, ADVERSARIAL_WEIGHT = 0.6, 0.4  # paper 1: L = 0.6 L_lpips + 0.4 L_adv
 EXUDATE_THRESHOLD = 0.5  # an image is labelled "hard exudates present" when any pixel's probability reaches it
+# The DR label a cohort carries -> its classes: the ICDR grade 0-4 (phantom, EyePACS, APTOS, BRSET) or ODIR-5K's
+# patient-level diabetes flag D (ODIR-5K has no grade).
+DR_LABELS = {"dr_grade": 5, "label_diabetes": 2}
+DR_CHECK = "held-out QWK against the true labels"  # the DR classifier's check row in the instruments table
+DR_HELD_OUT = 0.2  # share of training patients that check the DR classifier when no held-out split has labels
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # generator and instruments
 # ---------------------------------------------------------------------------------------------------------------
+def generators_config_for(config, generator_config: GeneratorsConfig) -> GeneratorsConfig:
+    """The generators chapter's config with this chapter's data (DATASET, DATA_ROOT, DATA_PROTOCOL,
+    VESSEL_DATA_ROOT), so that the generator learns the copy this chapter measures (unchanged for the phantom)."""
+    return generator_config.replace(**config.data_parameters())
+
+
 def load_fundus_generator(generator_config: GeneratorsConfig, progress: bool = False) -> tuple[TrainedGenerator, str]:
     """The generators chapter's fundus StyleGAN3-T for ``generator_config``, and a note on where it came from.
 
@@ -93,7 +118,9 @@ class Instruments:
         keypoints: :class:`~anonpaper.models.keypoints.KeypointNet` of FS_SR.
         attacker: Re-identification embedding (images in [0, 1] -> unit vectors).
         checks: One row per instrument: its held-out quality numbers.
-        cohort_size: Side at which every instrument works.
+        cohort_size: Side at which every instrument works (except the DR classifier).
+        dr: DR classifier (images in [0, 1] at the generator's resolution -> logits), None without DR labels.
+        dr_classes: Its number of classes (:data:`DR_LABELS`).
     """
 
     vessel: torch.nn.Module
@@ -102,6 +129,8 @@ class Instruments:
     attacker: torch.nn.Module
     checks: pd.DataFrame
     cohort_size: int
+    dr: torch.nn.Module | None = None
+    dr_classes: int = 0
 
 
 def _resampled(images: np.ndarray, size: int) -> np.ndarray:
@@ -148,18 +177,131 @@ def train_attacker(cohort, config, resolution: int, progress: bool = False) -> t
     return artifact["model"].eval(), {"val_rank1": artifact["val_rank1"]}
 
 
+def dr_label_column(table: pd.DataFrame) -> str | None:
+    """The DR label of a cohort table (the first of :data:`DR_LABELS` with a value), None without one."""
+    for column in DR_LABELS:
+        if column in table.columns and table[column].notna().any():
+            return column
+    return None
+
+
+@dataclass
+class DRSets:
+    """Labelled real images at the generator's resolution for the DR classifier.
+
+    Attributes:
+        train, val: ``(uint8 images (N, R, R, C), labels (N,))``; ``val`` selects the epoch (the training images
+            themselves when the cohort has no labelled validation split).
+        check: ``(images, labels, patients)`` held out of training: the test split's labelled images, else the
+            validation split's, else :data:`DR_HELD_OUT` of the training patients.
+        source: Where ``check`` comes from, in words.
+    """
+
+    train: tuple[np.ndarray, np.ndarray]
+    val: tuple[np.ndarray, np.ndarray]
+    check: tuple[np.ndarray, np.ndarray, np.ndarray]
+    source: str
+
+
+def dr_sets(cohort, column: str, generator_config: GeneratorsConfig, seed: int) -> DRSets:
+    """The DR classifier's training, selection and check images of ``cohort`` (labels from ``column``)."""
+    parts = {}
+    for split in ("train", "val", "test"):
+        table = cohort.split(split).table
+        keep = table[column].notna().to_numpy() if len(table) else np.zeros(0, bool)
+        if keep.any():
+            parts[split] = (load_images(KIND, generator_config, split)[keep],
+                            table[column].to_numpy()[keep].astype(np.int64),
+                            table["patient_id"].astype(str).to_numpy()[keep])
+    if "train" not in parts:
+        raise ValueError(f"no training image of {cohort.name!r} has a {column!r} label")
+    train = parts["train"]
+    if "test" in parts:
+        check, source = parts["test"], "test split"
+    elif "val" in parts:
+        check, source = parts.pop("val"), "validation split"
+    else:
+        patients = np.unique(train[2])
+        held = np.random.default_rng(derive_seed(seed, "dr-held-out")).permutation(patients)[
+            : max(1, int(round(DR_HELD_OUT * len(patients))))]
+        rows = np.isin(train[2], held)
+        if rows.all():
+            raise ValueError(f"{cohort.name!r}: too few labelled training patients to hold some out for the DR check")
+        check, train = tuple(part[rows] for part in train), tuple(part[~rows] for part in train)
+        source = f"{DR_HELD_OUT:.0%} of the training patients, held out of training"
+    val = parts.get("val", train)
+    return DRSets(train[:2], val[:2], check, source)
+
+
+def train_dr_classifier(config, generator_config: GeneratorsConfig,
+                        progress: bool = False) -> tuple[torch.nn.Module | None, dict]:
+    """The DR classifier of the lesion utility: a classifier from scratch on the real training images of the
+    generator's cohort at the generator's resolution (class-weighted focal loss, gamma 0.6, as paper 2's DR model),
+    cached. Its check: quadratic-weighted kappa (with a patient-bootstrap SE) and accuracy on held-out real images
+    (:class:`DRSets`).
+
+    Returns:
+        ``(model or None, info)``; info: ``column``, ``classes``, ``qwk``, ``qwk_se``, ``accuracy``, ``n``,
+        ``source``; the model is None (and ``source`` says why) when the cohort has no DR label.
+    """
+    from anonpaper.models.classifiers import build_classifier
+    from anonpaper.train.classifier import predict_proba, train_classifier
+    from anonpaper.train.loop import TrainSettings
+
+    cohort = kind_cohort(KIND, generator_config)
+    column = dr_label_column(cohort.table)
+    if column is None:
+        return None, {"column": "", "classes": 0, "qwk": float("nan"), "qwk_se": float("nan"),
+                      "accuracy": float("nan"), "n": 0, "source": f"{cohort.name} has no DR label"}
+    classes = DR_LABELS[column]
+    description = {"cohort": cohort_description(cohort), "column": column, "resolution": generator_config.image_size,
+                   "backbone": config.dr_backbone, "epochs": config.dr_epochs, "seed": config.seed,
+                   "bootstrap": config.bootstrap}
+
+    def build() -> dict:
+        sets = dr_sets(cohort, column, generator_config, config.seed)
+        torch.manual_seed(derive_seed(config.seed, "dr-init"))
+        model = build_classifier(config.dr_backbone, int(cohort.channels), classes)
+        settings = TrainSettings(epochs=config.dr_epochs, batch_size=int(min(32, max(2, len(sets.train[1])))),
+                                 lr=1e-3, lr_schedule="cosine", seed=derive_seed(config.seed, "dr"),
+                                 device=config.device or get_device(), progress=progress)
+        trained = train_classifier(model, sets.train, sets.val, settings, loss="focal", focal_gamma=0.6).model
+        trained = trained.cpu().eval()
+        images, truth, patients = sets.check
+        predicted = predict_proba(trained, images).argmax(1)
+
+        def kappa(first: np.ndarray, second: np.ndarray) -> float:
+            return quadratic_weighted_kappa(first, second, classes)
+
+        return {"model": trained, "qwk": kappa(truth, predicted),
+                "qwk_se": patient_bootstrap_se(truth, predicted, patients, kappa, config.bootstrap,
+                                               derive_seed(config.seed, "dr-check")),
+                "accuracy": accuracy(truth, predicted), "n": int(len(truth)), "source": sets.source}
+
+    artifact = ArtifactCache("vascular-dr-classifier").get_or_create(description, build)
+    info = {key: artifact[key] for key in ("qwk", "qwk_se", "accuracy", "n", "source")}
+    return artifact["model"].eval(), {"column": column, "classes": classes, **info}
+
+
 def load_instruments(config, generator_config: GeneratorsConfig, progress: bool = False) -> Instruments:
-    """Train (or load from the cache) the vessel and exudate U-Nets, the keypoint detector and the attacker on the
-    generator's cohort; the vessel U-Net with the generators chapter's settings (so its cache serves both)."""
-    cohort = load_cohort("phantom-retina", **generator_config.cohort_options(KIND))
+    """Train (or load from the cache) the instruments: the vessel U-Net on :func:`vessel_cohort` with the
+    generators chapter's settings (so its cache serves both), the exudate U-Net and the keypoint detector on the
+    fundus phantom (they need its exact masks and keypoints), the attacker and the DR classifier on the generator's
+    own cohort (the phantom, or the real copy)."""
+    cohort = kind_cohort(KIND, generator_config)
+    phantom = load_cohort(PHANTOM_FUNDUS, **generator_config.phantom_options(KIND))
+    vessels, vessel_mask = vessel_cohort(generator_config)
     patch = min(64, generator_config.image_size)
     options = {"epochs": config.segmenter_epochs, "patch_size": patch, "patches_per_epoch": 384,
                "seed": generator_config.seed, "progress": progress}
-    vessel = trained_segmenter(cohort, "vessel", **options)
-    exudate = trained_exudate_segmenter(cohort, **options)
-    keypoints = trained_keypoint_detector(cohort, epochs=config.keypoint_epochs, seed=config.seed, progress=progress)
+    vessel = trained_segmenter(vessels, vessel_mask, **options)
+    exudate = trained_exudate_segmenter(phantom, **options)
+    keypoints = trained_keypoint_detector(phantom, epochs=config.keypoint_epochs, seed=config.seed, progress=progress)
     attacker, attacker_check = train_attacker(cohort, config, generator_config.image_size, progress)
-    rows = [{"instrument": "vessel U-Net", "measure": "validation Dice", "value": vessel.val_dice,
+    dr, dr_check = train_dr_classifier(config, generator_config, progress)
+    dr_name = (f"DR classifier ({dr_check['column']}, {dr_check['classes']} classes; {dr_check['n']} held-out real "
+               f"images: {dr_check['source']})" if dr is not None else f"DR classifier ({dr_check['source']})")
+    rows = [{"instrument": f"vessel U-Net ({vessels.name})", "measure": "validation Dice", "value": vessel.val_dice,
              "floor": config.segmenter_min_dice},
             {"instrument": "hard-exudate U-Net", "measure": "validation Dice (1 when no exudate anywhere)",
              "value": exudate.val_dice, "floor": float("nan")},
@@ -168,9 +310,14 @@ def load_instruments(config, generator_config: GeneratorsConfig, progress: bool 
             {"instrument": "keypoint detector (FS_SR)", "measure": "validation keypoint recall (3 px)",
              "value": keypoints.val_metrics["recall"], "floor": float("nan")},
             {"instrument": "re-identification attacker", "measure": "validation rank-1 (leave-one-out)",
-             "value": attacker_check["val_rank1"], "floor": float("nan")}]
+             "value": attacker_check["val_rank1"], "floor": float("nan")},
+            {"instrument": dr_name, "measure": DR_CHECK, "value": dr_check["qwk"], "floor": config.dr_min_qwk},
+            {"instrument": dr_name, "measure": "held-out QWK standard error (patient bootstrap)",
+             "value": dr_check["qwk_se"], "floor": float("nan")},
+            {"instrument": dr_name, "measure": "held-out accuracy", "value": dr_check["accuracy"],
+             "floor": float("nan")}]
     return Instruments(vessel.model.eval(), exudate.model.eval(), keypoints.model.eval(), attacker, pd.DataFrame(rows),
-                       generator_config.cohort_size)
+                       generator_config.cohort_size, dr, dr_check["classes"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -508,6 +655,32 @@ def exudate_present(instruments: Instruments, images: torch.Tensor) -> np.ndarra
     return (np.asarray(probability).reshape(len(images), -1).max(1) >= EXUDATE_THRESHOLD).astype(np.int64)
 
 
+def dr_predictions(instruments: Instruments, images: torch.Tensor) -> np.ndarray:
+    """The DR classifier's predicted class ``(N,)`` of images ``(N, C, R, R)`` in [0, 1] at the generator's side."""
+    from anonpaper.train.classifier import predict_proba
+
+    return predict_proba(instruments.dr, images).argmax(1)
+
+
+def dr_utility(instruments: Instruments, originals: torch.Tensor, edited: torch.Tensor, clusters, bootstrap: int,
+               seed: int) -> tuple[dict, np.ndarray]:
+    """How well an edit keeps the DR classifier's prediction: ``dr_agreement`` (share of images whose predicted
+    class is unchanged, binomial SE) and ``dr_qwk`` (quadratic-weighted kappa between the predictions on originals
+    and edits, SE by resampling ``clusters``: images, or the patients of real images), and the per-image agreement.
+    """
+    before, after = dr_predictions(instruments, originals), dr_predictions(instruments, edited)
+    agreement = (before == after).astype(float)
+    row: dict[str, float] = {}
+    row["dr_agreement"], row["dr_agreement_se"] = _mean_se(agreement)
+
+    def kappa(first: np.ndarray, second: np.ndarray) -> float:
+        return quadratic_weighted_kappa(first, second, instruments.dr_classes)
+
+    row["dr_qwk"] = kappa(before, after)
+    row["dr_qwk_se"] = patient_bootstrap_se(before, after, np.asarray(clusters), kappa, bootstrap, seed)
+    return row, agreement
+
+
 def embeddings(instruments: Instruments, images: torch.Tensor) -> np.ndarray:
     """The attacker's unit embeddings ``(N, D)`` of images ``(N, C, R, R)`` in [0, 1] (at the cohort's side)."""
     from anonpaper.train.embedding import embed
@@ -561,19 +734,24 @@ class AttackGallery:
 
 
 def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Tensor, real_features: np.ndarray,
-            gallery: AttackGallery) -> tuple[dict, dict[str, np.ndarray]]:
-    """Paper 1's Table 2 metrics of one edit of ``N`` images, and the attacker's rank-1, each with its SE.
+            gallery: AttackGallery, bootstrap: int = 0, seed: int = 0) -> tuple[dict, dict[str, np.ndarray]]:
+    """Paper 1's Table 2 metrics of one edit of ``N`` images, the DR utility and the attacker's rank-1, each with
+    its SE.
 
     Args:
         originals, edited: ``(N, C, R, R)`` in [0, 1].
         real_features: FD features of the real reference images.
-        gallery: The attacker's gallery.
+        gallery: The attacker's gallery (its ``query_identities`` are also the bootstrap clusters of the DR kappa).
+        bootstrap, seed: Resamples and seed of the DR kappa's bootstrap SE (below 2: NaN).
 
     Returns:
         Dict: ``fd`` (edited vs real), ``lpips`` (domain: vessel + exudate U-Net taps, edited vs its
         original), ``fs_sift``, ``fs_sr``, ``rroi`` (mean of finite ratios), ``rroi_median``, ``rroi_unbounded``,
-        ``ams``, ``rank1`` (each ``*_se``), ``n``; and the per-image ``(N,)`` arrays ``fs_sift``, ``fs_sr`` and
-        ``rroi`` (for paired comparisons). RROI is undefined (NaN) for an image whose vessel mask is empty.
+        ``ams``, ``dr_agreement`` (share of images whose predicted DR class the edit keeps), ``dr_qwk``
+        (quadratic-weighted kappa between the predictions on the originals and on the edits), ``rank1`` (each
+        ``*_se``), ``n``; and the per-image ``(N,)`` arrays ``fs_sift``, ``fs_sr``, ``rroi`` and ``dr_agreement``
+        (for paired comparisons). RROI is undefined (NaN) for an image whose vessel mask is empty; the DR columns
+        are absent without a DR classifier.
     """
     size = instruments.cohort_size
     first, second = _upsample(originals, size), _upsample(edited, size)
@@ -599,6 +777,10 @@ def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Ten
     row["rroi_unbounded"] = int(np.isposinf(ratios).sum())
     agreement = exudate_present(instruments, originals) == exudate_present(instruments, edited)
     row["ams"], row["ams_se"] = _mean_se(agreement.astype(float))
+    if instruments.dr is not None:
+        dr_row, per_image["dr_agreement"] = dr_utility(instruments, originals, edited, gallery.query_identities,
+                                                       bootstrap, seed)
+        row.update(dr_row)
     hits = rank1_hits(embeddings(instruments, edited), gallery.embeddings, gallery.query_identities,
                       gallery.identities, gallery.exclude)
     row["rank1"], row["rank1_se"] = _mean_se(hits.astype(float))
@@ -622,8 +804,7 @@ def real_queries(generator_config: GeneratorsConfig, count: int, seed: int) -> t
         float array, patient ids of all test images (G,))``.
     """
     images = _as_float(load_images(KIND, generator_config, "test"))
-    cohort = load_cohort("phantom-retina", **generator_config.cohort_options(KIND))
-    patients = cohort.split("test").table["patient_id"].to_numpy()
+    patients = kind_cohort(KIND, generator_config).split("test").table["patient_id"].to_numpy()
     values, counts = np.unique(patients, return_counts=True)
     eligible = np.flatnonzero(np.isin(patients, values[counts >= 2]))
     rng = np.random.default_rng(seed)
@@ -783,7 +964,8 @@ class Outcome:
         ablation: Table 3 rows (empty when skipped); ``ablation_samples``: variant -> images.
         samples: Arrays for the figures (see :func:`run`).
         seconds: Wall seconds per stage.
-        per_image: ``(image_set, method, alpha)`` -> per-image ``fs_sift``, ``fs_sr``, ``rroi`` arrays.
+        per_image: ``(image_set, method, alpha)`` -> per-image ``fs_sift``, ``fs_sr``, ``rroi`` and
+            ``dr_agreement`` arrays.
     """
 
     config: Any
@@ -816,9 +998,16 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     Args:
         config: This chapter's :class:`~anonpaper.experiments.vascular.Config`.
         generator_config: The generators chapter's config at ``config.generators_profile``
-            (``anonpaper.runner.study_config("02_generators", profile)``).
+            (``anonpaper.runner.study_config("02_generators", profile)``); this chapter's data parameters replace
+            its own (:func:`generators_config_for`).
         progress: Show training progress bars.
+
+    Raises:
+        DataCopyError: A real copy named by DATA_ROOT or VESSEL_DATA_ROOT is missing or broken (before any
+            training).
     """
+    generator_config = generators_config_for(config, generator_config)
+    check_data(generator_config)
     seconds: dict[str, float] = {}
     tick = time.perf_counter()
 
@@ -837,7 +1026,9 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     resolution = generator.resolution
     generator_info = {"kind": KIND, "config": generator.config.description, "resolution": resolution,
                       "style_channels": layout.total_channels, "style_layers": len(layout.names),
-                      "source": trained.source, "kimg": trained.kimg, "note": note}
+                      "source": trained.source, "kimg": trained.kimg, "note": note,
+                      "data": generator_config.dataset_name(KIND) + ("" if generator_config.is_phantom
+                                                                     else f" at {generator_config.data_root}")}
     lap("generator")
     instruments = load_instruments(config, generator_config, progress)
     lap("instruments")
@@ -845,8 +1036,7 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     # The instrument check, on the T score images against as many real training images.
     ws_scored, codes_scored = sample_codes(generator, config.score_images, derive_seed(config.seed, "score-images"))
     scored_images = render(generator, codes_scored)
-    cohort = load_cohort("phantom-retina", **generator_config.cohort_options(KIND))
-    native_all = cohort.split("train").load_images()
+    native_all = kind_cohort(KIND, generator_config).split("train").load_images()
     pick = np.sort(np.random.default_rng(derive_seed(config.seed, "real-check")).choice(
         len(native_all), min(len(native_all), max(config.score_images, 8)), replace=False))
     real_resampled = _as_float(load_images(KIND, generator_config))[pick]
@@ -895,20 +1085,24 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
             gallery = AttackGallery(embeddings(instruments, torch.from_numpy(test_images)), test_patients,
                                     edit_set.patients, query_rows)
         # alpha = 0: the unedited images (for real ones, the projection: what the inversion alone leaks)
-        baseline_row, _ = measure(instruments, edit_set.originals, edit_set.originals, real_features, gallery)
+        def measured(first: torch.Tensor, second: torch.Tensor, *key) -> tuple[dict, dict]:
+            return measure(instruments, first, second, real_features, gallery, config.bootstrap,
+                           derive_seed(config.seed, "dr-bootstrap", edit_set.name, *key))
+
+        baseline_row, _ = measured(edit_set.originals, edit_set.originals, "unedited")
         rows.append({"image_set": edit_set.name, "method": "unedited", "alpha": 0.0, "step": 0.0, "change": 0.0,
                      "error": "", **baseline_row})
         if edit_set.targets is not None:
-            target_row, _ = measure(instruments, edit_set.targets, edit_set.targets, real_features, gallery)
+            target_row, _ = measured(edit_set.targets, edit_set.targets, "target")
             rows.append({"image_set": edit_set.name, "method": "real image (not projected)", "alpha": 0.0,
                          "step": 0.0, "change": 0.0, "error": "", **target_row})
         for (method, alpha), edit in edits.items():
             row = {"image_set": edit_set.name, "method": method, "alpha": alpha, "step": edit["step"],
                    "change": edit["change"], "error": edit["error"]}
             if edit["images"] is not None:
-                measured, per_image[(edit_set.name, method, alpha)] = measure(
-                    instruments, edit_set.originals, edit["images"], real_features, gallery)
-                row.update(measured)
+                metrics, per_image[(edit_set.name, method, alpha)] = measured(edit_set.originals, edit["images"],
+                                                                              method, alpha)
+                row.update(metrics)
             rows.append(row)
         examples[edit_set.name] = {"originals": edit_set.originals[:4].numpy(),
                                    "edits": {key: value["images"][:4].numpy() for key, value in edits.items()
