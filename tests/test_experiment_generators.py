@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 
 
 def tiny_config(tmp_path=None, **changes) -> chapter.Config:
-    values = dict(retina_patients=8, cxr_patients=4, fundus_sg3t_kimg=0.032, fundus_sg2_kimg=0.032,
+    values = dict(image_size=32, retina_patients=8, cxr_patients=4, fundus_sg3t_kimg=0.032, fundus_sg2_kimg=0.032,
                   cxr_sg2_kimg=0.032, checkpoint_kimg=0.016, eval_images=8, min_eval_images=8, projector_images=1,
                   projector_steps=2, segmenter_epochs=1, weights_dir=str(tmp_path / "weights") if tmp_path else None)
     values.update(changes)
@@ -124,6 +124,7 @@ def test_cache_key_changes_with_config_data_and_seed():
     ({"fundus_sg2_kimg": 0}, "FUNDUS_SG2_KIMG must be a number > 0"),
     ({"batch_size": 6}, "BATCH_SIZE must be a positive multiple of 4"),
     ({"image_size": 48}, "IMAGE_SIZE must be a power of two"),
+    ({"cxr_image_size": 16}, "CXR_IMAGE_SIZE must be a power of two >= 32"),
     ({"augment": "mixup"}, "AUGMENT must be"),
 ])
 def test_config_validation_names_the_parameter(changes, message):
@@ -136,6 +137,17 @@ def test_config_channels_and_cohort_size():
     assert config.stylegan_config("cxr-sg2").image_channels == 1
     assert config.stylegan_config("fundus-sg3t").architecture == "sg3t"
     assert config.cohort_size == 64 and config.cohort_options("cxr-sg2")["n_patients"] == config.cxr_patients
+
+
+def test_fundus_and_chest_xray_sizes_are_separate():
+    config = chapter.Config(image_size=128, cxr_image_size=32)
+    assert config.stylegan_config("fundus-sg3t").resolution == config.stylegan_config("fundus-sg2").resolution == 128
+    assert config.stylegan_config("cxr-sg2").resolution == 32
+    assert config.cohort_size == config.cohort_options("fundus-sg2")["image_size"] == 128
+    assert config.cohort_size_of("cxr-sg2") == config.cohort_options("cxr-sg2")["image_size"] == 64
+    images = torch.zeros(2, 1, 32, 32)
+    assert pipeline.to_cohort_size(images, config, "cxr-sg2").shape[-1] == 64
+    assert pipeline.to_cohort_size(torch.zeros(2, 3, 32, 32), config, "fundus-sg2").shape[-1] == 128
 
 
 # -- claims ---------------------------------------------------------------------------------------------------------

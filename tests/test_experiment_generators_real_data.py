@@ -26,8 +26,8 @@ def odir(tmp_path_factory):
 
 
 def real_config(root, **changes) -> chapter.Config:
-    values = dict(dataset="odir-5k", data_root=str(root), data_protocol="patient_70_10_20", retina_patients=8,
-                  cxr_patients=4, fundus_sg3t_kimg=0.016, fundus_sg2_kimg=0.016, cxr_sg2_kimg=0.016,
+    values = dict(image_size=32, dataset="odir-5k", data_root=str(root), data_protocol="patient_70_10_20",
+                  retina_patients=8, cxr_patients=4, fundus_sg3t_kimg=0.016, fundus_sg2_kimg=0.016, cxr_sg2_kimg=0.016,
                   checkpoint_kimg=0.016, eval_images=8, min_eval_images=8, projector_images=1, projector_steps=2,
                   segmenter_epochs=1, weights_dir=None)
     values.update(changes)

@@ -384,7 +384,7 @@ def test_the_chapter_passes_its_copy_to_the_generator_and_measures_on_it(odir):
 
     config = chapter.Config(dataset="odir-5k", data_root=str(odir), data_protocol="patient_70_10_20", dr_epochs=1,
                             bootstrap=5)
-    generator_config = pipeline.generators_config_for(config, GeneratorsConfig(retina_patients=8))
+    generator_config = pipeline.generators_config_for(config, GeneratorsConfig(retina_patients=8, image_size=32))
     assert (generator_config.dataset, generator_config.data_root) == ("odir-5k", str(odir))
     assert generator_config.retina_patients == 8  # the rest of the generators chapter's config is kept
     assert pipeline.generators_config_for(chapter.Config(), GeneratorsConfig()) == GeneratorsConfig()

@@ -43,8 +43,9 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
         note = ""
         if math.isfinite(native):
             ours["real_native"] = round(native, 4)
-            note = (f"; at {config.image_size} px (upsampled to {config.cohort_size}) the segmenter finds "
-                    f"{real:.4f} {mask} pixels in real images against {native:.4f} at {config.cohort_size} px")
+            side, cohort_side = config.image_size_of(kind), config.cohort_size_of(kind)
+            note = (f"; at {side} px (upsampled to {cohort_side}) the segmenter finds {real:.4f} {mask} pixels in "
+                    f"real images against {native:.4f} at {cohort_side} px")
         claim = decide(
             f"{kind}-{mask}-fraction", f"{kind}: the {mask}-pixel fraction of generated images is within "
                                        f"{100 * VESSEL_TOLERANCE:.0f} % of the real one",

@@ -37,8 +37,13 @@ class Config(ChapterConfig):
                                                    "training images train it, its test images check its Dice). "
                                                    "None: the phantom's exact vessel masks, a domain gap on real "
                                                    "photographs (ODIR-5K has no vessel masks).")
-    image_size: int = parameter(32, "Square image side in pixels of the cohorts and generators (the papers: 256; "
-                                    "quick: 32, because 64 px StyleGANs cost 860-2000 CPU-s/kimg).")
+    image_size: int = parameter(64, "Square image side in pixels of the fundus cohorts and generators (the papers: "
+                                    "256; quick: 64, the smallest side at which the phantom's vessels survive: "
+                                    "at 32 px the vessel segmenter finds 0.2 % vessel pixels in real images "
+                                    "against 3.5 % at 64 px).")
+    cxr_image_size: int = parameter(32, "Square image side in pixels of the chest X-ray generator (GMIA; the paper: "
+                                        "256; quick: 32, where the lung fields survive and GMIA's co-training "
+                                        "fits the quick budget).")
     retina_patients: int = parameter(300, "Phantom fundus patients (about two eyes each).")
     cxr_patients: int = parameter(60, "Phantom chest X-ray patients (several studies each).")
     fundus_sg3t_config: str = parameter("sg3t-tiny", "StyleGAN3-T config of the fundus generator "
@@ -47,11 +52,13 @@ class Config(ChapterConfig):
     cxr_sg2_config: str = parameter("sg2-tiny", "StyleGAN2 config of the chest X-ray generator, made grayscale "
                                                 "(paper: sg2-gmia256).")
     fundus_sg3t_kimg: float = parameter(16.0, "Thousands of real images shown to the fundus StyleGAN3-T (the "
-                                              "papers: thousands of kimg; quick: about 16 CPU-s/kimg, ~4-6 min).")
-    fundus_sg2_kimg: float = parameter(20.0, "Thousands of real images shown to the fundus StyleGAN2 (quick: about "
-                                             "9 CPU-s/kimg, ~3-5 min).")
+                                              "papers: thousands of kimg; quick: about 20 CPU-s/kimg at 64 px, ~6 "
+                                              "min; it draws no vessels yet, nor after 30 kimg).")
+    fundus_sg2_kimg: float = parameter(40.0, "Thousands of real images shown to the fundus StyleGAN2 (quick: about "
+                                             "14 CPU-s/kimg at 64 px, ~10 min; the vessel segmenter finds about 2 % "
+                                             "vessel pixels in its images after 20 kimg, 3 % after 40, real: 3.6 %).")
     cxr_sg2_kimg: float = parameter(20.0, "Thousands of real images shown to the chest X-ray StyleGAN2 (quick: "
-                                          "about 9 CPU-s/kimg, ~3-5 min).")
+                                          "about 9 CPU-s/kimg at 32 px, ~3-5 min).")
     batch_size: int = parameter(8, "Images per training step (the papers: 32-64).")
     augment: str = parameter("diffaugment", "Discriminator augmentation for small sets: 'none', 'diffaugment' or "
                                             "'ada'.")
@@ -76,8 +83,9 @@ class Config(ChapterConfig):
         known = list_configs()
         checks = [
             (isinstance(self.seed, int) and self.seed >= 0, f"SEED must be a non-negative integer, got {self.seed!r}"),
-            (isinstance(self.image_size, int) and self.image_size >= 32 and not self.image_size & (self.image_size - 1),
-             f"IMAGE_SIZE must be a power of two >= 32, got {self.image_size!r}"),
+            *((isinstance(size, int) and size >= 32 and not size & (size - 1),
+               f"{name} must be a power of two >= 32, got {size!r}")
+              for name, size in (("IMAGE_SIZE", self.image_size), ("CXR_IMAGE_SIZE", self.cxr_image_size))),
             (isinstance(self.retina_patients, int) and self.retina_patients >= 6,
              f"RETINA_PATIENTS must be an integer >= 6, got {self.retina_patients!r}"),
             (isinstance(self.cxr_patients, int) and self.cxr_patients >= 4,
@@ -119,7 +127,18 @@ class Config(ChapterConfig):
         if kind not in KINDS:
             raise ValueError(f"unknown generator kind {kind!r}; expected one of {sorted(KINDS)}")
         _, config_field, _, channels = KINDS[kind]
-        return get_config(getattr(self, config_field), resolution=self.image_size, image_channels=channels)
+        return get_config(getattr(self, config_field), resolution=self.image_size_of(kind), image_channels=channels)
+
+    def image_size_of(self, kind: str) -> int:
+        """Image side of generator ``kind``: ``CXR_IMAGE_SIZE`` for the chest X-ray one, else ``IMAGE_SIZE``."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown generator kind {kind!r}; expected one of {sorted(KINDS)}")
+        return self.image_size if KINDS[kind][0] == PHANTOM_FUNDUS else self.cxr_image_size
+
+    def cohort_size_of(self, kind: str) -> int:
+        """Image side of the cohort generator ``kind`` learns (the phantoms' smallest is 64 px; a smaller generator
+        sees area-downsampled images, and evaluation upsamples both sets back to this size for the U-Nets)."""
+        return max(64, self.image_size_of(kind))
 
     def kimg(self, kind: str) -> float:
         """Thousands of images generator ``kind`` is trained on."""
@@ -143,7 +162,7 @@ class Config(ChapterConfig):
         """``load_cohort`` options of the cohort generator ``kind`` learns (a real copy: its folder, split protocol
         and the images' side after the field-of-view crop)."""
         if KINDS[kind][0] == PHANTOM_FUNDUS and not self.is_phantom:
-            return {"root": self.data_root, "image_size": self.cohort_size, "seed": self.seed,
+            return {"root": self.data_root, "image_size": self.cohort_size_of(kind), "seed": self.seed,
                     "protocol": self.data_protocol}
         return self.phantom_options(kind)
 
@@ -151,13 +170,13 @@ class Config(ChapterConfig):
         """``load_cohort`` options of the phantom of generator ``kind``'s modality (the instruments that need exact
         phantom masks or keypoints learn it whatever DATASET is)."""
         patients = self.retina_patients if KINDS[kind][0] == PHANTOM_FUNDUS else self.cxr_patients
-        return {"n_patients": patients, "image_size": self.cohort_size, "seed": self.seed}
+        return {"n_patients": patients, "image_size": self.cohort_size_of(kind), "seed": self.seed}
 
     @property
     def cohort_size(self) -> int:
-        """Image side of the phantom cohorts (their smallest is 64 px; smaller generators see area-downsampled
-        images, and evaluation upsamples both sets back to this size for the cohort-trained U-Nets)."""
-        return max(64, self.image_size)
+        """Image side of the fundus cohorts (:meth:`cohort_size_of` a fundus kind), where the fundus chapters'
+        instruments work."""
+        return self.cohort_size_of("fundus-sg2")
 
 
 def check_data_parameters(config) -> None:

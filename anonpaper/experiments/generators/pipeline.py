@@ -88,7 +88,8 @@ def vessel_cohort(config: Config) -> tuple[Any, str]:
         return load_cohort(PHANTOM_FUNDUS, **config.phantom_options("fundus-sg2")), "vessel"
     protocol = {"name": "drive-train-val", "kind": "official", "column": "official_split",
                 "mapping": {"train": "train", "test": "val"}}
-    return load_cohort("drive", root=config.vessel_data_root, image_size=config.cohort_size, protocol=protocol,
+    return load_cohort("drive", root=config.vessel_data_root, image_size=config.cohort_size_of("fundus-sg2"),
+                       protocol=protocol,
                        seed=config.seed), "vessels"
 
 
@@ -146,11 +147,12 @@ def load_images(kind: str, config: Config, split: str | None = None) -> np.ndarr
     """The cohort images generator ``kind`` learns, uint8 (N, H, W[, C]), of one split (None: train)."""
     cohort = kind_cohort(kind, config)
     images = cohort.split(split or "train").load_images()
-    if config.image_size == config.cohort_size:
+    side = config.image_size_of(kind)
+    if side == config.cohort_size_of(kind):
         return images
     import cv2
 
-    size = (config.image_size, config.image_size)
+    size = (side, side)
     return np.stack([cv2.resize(image, size, interpolation=cv2.INTER_AREA) for image in images])
 
 
@@ -326,12 +328,13 @@ def generate(generator: StyleGenerator, count: int, seed: int, truncation_psi: f
     return to_unit_range(torch.cat(parts)).clamp(0, 1)
 
 
-def to_cohort_size(images: torch.Tensor, config: Config) -> torch.Tensor:
-    """Images (N, C, R, R) in [0, 1] bilinearly resized to the cohort's side (where the U-Nets were trained)."""
-    if images.shape[-1] == config.cohort_size:
+def to_cohort_size(images: torch.Tensor, config: Config, kind: str) -> torch.Tensor:
+    """Images (N, C, R, R) in [0, 1] of generator ``kind`` bilinearly resized to its cohort's side (where the U-Nets
+    were trained)."""
+    side = config.cohort_size_of(kind)
+    if images.shape[-1] == side:
         return images
-    return torch.nn.functional.interpolate(images, size=config.cohort_size, mode="bilinear",
-                                           align_corners=False).clamp(0, 1)
+    return torch.nn.functional.interpolate(images, size=side, mode="bilinear", align_corners=False).clamp(0, 1)
 
 
 @torch.no_grad()
@@ -350,10 +353,10 @@ def _segmenter(dataset: str, config: Config, progress: bool):
     :func:`vessel_cohort`."""
     mask = FEATURE_MASKS[dataset]
     if dataset == PHANTOM_FUNDUS:
-        cohort, cohort_mask = vessel_cohort(config)
+        (cohort, cohort_mask), kind = vessel_cohort(config), "fundus-sg2"
     else:
-        cohort, cohort_mask = load_cohort(dataset, **config.phantom_options("cxr-sg2")), mask
-    patch = min(64, config.image_size)
+        cohort, cohort_mask, kind = load_cohort(dataset, **config.phantom_options("cxr-sg2")), mask, "cxr-sg2"
+    patch = min(64, config.image_size_of(kind))
     model = trained_segmenter(cohort, cohort_mask, epochs=config.segmenter_epochs, patch_size=patch,
                               patches_per_epoch=384, seed=config.seed, progress=progress)
     dice = model.val_dice
@@ -374,7 +377,8 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
     untrained = generate(StyleGenerator(config.stylegan_config(kind), seed=derive_seed(config.seed, "G", kind)),
                          count, seed)
     extractor = f"FD-{mask_name}-unet"
-    features = {name: unet_features(segmenter, to_cohort_size(images, config)) for name, images in
+    side, cohort_side = config.image_size_of(kind), config.cohort_size_of(kind)
+    features = {name: unet_features(segmenter, to_cohort_size(images, config, kind)) for name, images in
                 (("real", real), ("generated", fake), ("untrained", untrained))}
     rows = []
 
@@ -382,9 +386,8 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
         rows.append({"kind": kind, "metric": metric, "value": float(value), "protocol": protocol})
 
     pooled = f"{count} generated (psi 1) vs {count} real training images; features: pooled encoder taps of the " \
-             f"cohort-trained {mask_name} U-Net" + (f" (both sets at {config.image_size} px, upsampled to "
-                                                    f"{config.cohort_size} px)" if config.image_size < config.cohort_size
-                                                   else "")
+             f"cohort-trained {mask_name} U-Net" + (f" (both sets at {side} px, upsampled to {cohort_side} px)"
+                                                   if side < cohort_side else "")
     add(extractor, frechet_distance(features["real"], features["generated"]), pooled)
     add(f"{extractor}/untrained", frechet_distance(features["real"], features["untrained"]),
         pooled.replace("generated (psi 1)", "untrained-generator"))
@@ -395,17 +398,17 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
     precision, recall = knn_precision_recall(features["real"], features["generated"], k=3)
     add("precision", precision, pooled + "; k-NN manifold (k=3, Kynkaanniemi et al. 2019)")
     add("recall", recall, pooled + "; k-NN manifold (k=3, Kynkaanniemi et al. 2019)")
-    if config.image_size >= 16:
+    if side >= 16:
         add("SWD", swd(real, fake, seed=config.seed).value, "Laplacian-pyramid 7x7 descriptors, x1e3 (progressive GAN)")
-    real_fraction = float((segment(segmenter, to_cohort_size(real, config)) >= 0.5).mean())
-    fake_fraction = float((segment(segmenter, to_cohort_size(fake, config)) >= 0.5).mean())
+    real_fraction = float((segment(segmenter, to_cohort_size(real, config, kind)) >= 0.5).mean())
+    fake_fraction = float((segment(segmenter, to_cohort_size(fake, config, kind)) >= 0.5).mean())
     add(f"{mask_name}_fraction/real", real_fraction, f"{mask_name} U-Net, threshold 0.5, all pixels")
     add(f"{mask_name}_fraction/generated", fake_fraction, f"{mask_name} U-Net, threshold 0.5, all pixels")
-    if config.image_size < config.cohort_size:  # what resampling to the generator's size costs the instrument
+    if side < cohort_side:  # what resampling to the generator's size costs the instrument
         cohort = kind_cohort(kind, config)
         native = _as_float(cohort.split("train").load_images())[np.sort(pick)]
         add(f"{mask_name}_fraction/real_native", float((segment(segmenter, native) >= 0.5).mean()),
-            f"{mask_name} U-Net on the same real images at the cohort's {config.cohort_size} px (not resampled)")
+            f"{mask_name} U-Net on the same real images at the cohort's {cohort_side} px (not resampled)")
 
     held_out = _as_float(load_images(kind, config, "test"))[: config.projector_images]
     samples = {"generated": fake[:16].numpy(), "real": real[:16].numpy(), "untrained": untrained[:8].numpy(),

@@ -1,8 +1,9 @@
 """Paper 1 ("Vascular structure de-identification of fundus images by latent code manipulation", Zhao et al.,
-Biomedical Optics Express 14(10):5466, 2023): S-space channel editing of a fundus StyleGAN3-T.
+Biomedical Optics Express 14(10):5466, 2023): S-space channel editing of a fundus StyleGAN3-T (at ``quick``, of
+the StyleGAN2: ``Config.generator``).
 
 The chapter ``notebooks/03_vascular_sspace.ipynb`` imports this face: :class:`Config`, :func:`run` (the pipeline,
-on the generators chapter's fundus StyleGAN3-T), the paper-beside-ours tables, the claims and the figures.
+on the generators chapter's fundus generator), the paper-beside-ours tables, the claims and the figures.
 """
 
 from anonpaper.experiments.vascular.analysis import (PAPER_TABLE2, PAPER_TABLE3, discussion, generator_table,

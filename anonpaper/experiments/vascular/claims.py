@@ -10,7 +10,7 @@
 - ``vascular-lesions-kept-dr`` (the same claim, measured by the issue's lesion utility): at equal identity
   similarity, a DR classifier trained on real images keeps its prediction on more of our edits than of each
   baseline's; undecided when the classifier fails its own check (held-out QWK below ``DR_MIN_QWK``).
-- ``vascular-ablation-fd`` (paper, Table 3): the extra LPIPS losses lower FD (both losses below the plain StyleGAN3),
+- ``vascular-ablation-fd`` (paper, Table 3): the extra LPIPS losses lower FD (both losses below the plain generator),
   decided on the attacker's embedding (features the loss never sees); undecided when the ablation generators are
   trained for fewer kimg than the generators chapter's generator (the paper compares converged generators).
 
@@ -27,7 +27,7 @@ import pandas as pd
 
 from anonpaper.experiments.claims import DECISION_Z, Claim, decide, instrument_failed
 from anonpaper.experiments.vascular.analysis import PAPER_TABLE2, PAPER_TABLE3
-from anonpaper.experiments.vascular.pipeline import DR_CHECK, KIND, LOWRANK, OURS, RESEFA, STYLESPACE, Outcome
+from anonpaper.experiments.vascular.pipeline import DR_CHECK, LOWRANK, OURS, RESEFA, STYLESPACE, Outcome
 
 BASELINES = (STYLESPACE, LOWRANK, RESEFA)
 
@@ -201,7 +201,7 @@ def ablation_claim(outcome: Outcome) -> Claim:
     """FD of the generator trained with both LPIPS losses below the plain one's (and the full Table 3 ordering)."""
     config = outcome.config
     paper = {variant: values[0] for variant, values in PAPER_TABLE3.items()}
-    statement = "the extra LPIPS losses lower FD: +both below the plain StyleGAN3 (paper Table 3 ordering)"
+    statement = "the extra LPIPS losses lower FD: +both below the plain generator (paper Table 3 ordering)"
     if outcome.ablation.empty:
         return decide("vascular-ablation-fd", statement, paper=paper, ours=None, holds=None,
                       reason="ablation not run (ABLATION_KIMG = 0)")
@@ -226,7 +226,7 @@ def ablation_claim(outcome: Outcome) -> Claim:
         reason += "; within noise"
     # The paper compares converged generators; a shorter schedule than the generators chapter's own generator
     # measures early training, which is too small a profile to decide the claim either way.
-    kimg, full = float(table["kimg"].min()), outcome.generator_config.kimg(KIND) if outcome.generator_config else None
+    kimg, full = float(table["kimg"].min()), outcome.generator_config.kimg(config.generator) if outcome.generator_config else None
     if full is not None and kimg < full:
         return decide("vascular-ablation-fd", statement, paper=paper, ours=fd, holds=None,
                       reason=f"schedule too short to decide ({kimg:g} kimg per ablation generator < {full:g} kimg of "

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from anonpaper.experiments.chapter import ChapterConfig, parameter
 
 GENERATOR_PROFILES = ("smoke", "quick", "paper")
+FUNDUS_GENERATORS = ("fundus-sg3t", "fundus-sg2")
 
 
 @dataclass(frozen=True)
@@ -15,12 +16,17 @@ class Config(ChapterConfig):
 
     seed: int = parameter(0, "Seed of every random draw (sampled images, instruments, projector, bootstrap).")
     generators_profile: str = parameter("quick", "Profile of the generators chapter (02_generators) whose fundus "
-                                                 "StyleGAN3-T this chapter uses (quick: a 32 px sg3t-tiny trained a "
-                                                 "few minutes on CPU; paper: the 256 px sg3t-paper256).")
+                                                 "generator this chapter edits (quick: 64 px tiny configs trained "
+                                                 "minutes on CPU; paper: the 256 px sg3t-paper256).")
+    generator: str = parameter("fundus-sg2", "Which of the generators chapter's fundus generators is edited: "
+                                             "'fundus-sg3t' (paper 1's StyleGAN3-T; the paper profile) or "
+                                             "'fundus-sg2' (quick: within the quick budget the CPU-trained "
+                                             "StyleGAN3-T draws no vessels at 64 px and the StyleGAN2 does; "
+                                             "StyleSpace was defined on StyleGAN2's S space).")
     dataset: str = parameter("phantom-retina", "Fundus dataset of the generator and of the real held-out images: "
                                                "'phantom-retina' or a real fundus dataset (the paper: 'odir-5k'), "
                                                "which also needs DATA_ROOT; passed to the generators chapter, whose "
-                                               "fundus StyleGAN3-T then learns the copy.")
+                                               "fundus generators then learn the copy.")
     data_root: str | None = parameter(None, "Folder of your copy of the real dataset (None: the phantom). The "
                                             "vessel and hard-exudate U-Nets and the keypoint detector still learn "
                                             "the phantom's exact masks and keypoints (ODIR-5K has none).")
@@ -85,6 +91,8 @@ class Config(ChapterConfig):
             (positive_int(self.seed, 0), f"SEED must be a non-negative integer, got {self.seed!r}"),
             (self.generators_profile in GENERATOR_PROFILES,
              f"GENERATORS_PROFILE must be one of {GENERATOR_PROFILES}, got {self.generators_profile!r}"),
+            (self.generator in FUNDUS_GENERATORS,
+             f"GENERATOR must be one of {FUNDUS_GENERATORS}, got {self.generator!r}"),
             (positive_int(self.score_images), f"SCORE_IMAGES must be a positive integer, got {self.score_images!r}"),
             (positive_int(self.chunk_size), f"CHUNK_SIZE must be a positive integer, got {self.chunk_size!r}"),
             (positive_int(self.grid_channels), f"GRID_CHANNELS must be a positive integer, got {self.grid_channels!r}"),

@@ -1,6 +1,6 @@
-"""Paper 1's pipeline on the generators chapter's fundus StyleGAN3-T: contribution scores, the Eq. 11 edit on
-generated and projected real images, the baselines at matched edit strength, the metrics of Table 2, an identity
-attacker, and the Table 3 loss ablation (Zhao et al., Biomedical Optics Express 14(10):5466, 2023).
+"""Paper 1's pipeline on a fundus generator of the generators chapter (``Config.generator``): contribution scores,
+the Eq. 11 edit on generated and projected real images, the baselines at matched edit strength, the metrics of
+Table 2, an identity attacker, and the Table 3 loss ablation (Zhao et al., Biomedical Optics Express 14(10):5466, 2023).
 
 Stages of :func:`run` (each timed in ``Outcome.seconds``):
 
@@ -71,7 +71,9 @@ from anonpaper.train.pretrained import (cohort_description, trained_exudate_segm
                                         trained_segmenter)
 from anonpaper.train.segmenter import segment
 
-KIND = "fundus-sg3t"
+# The fundus cohort the generators learn (both fundus kinds learn the same images at the same side); which
+# generator is edited is ``Config.generator``.
+FUNDUS_IMAGES = "fundus-sg3t"
 OURS, OURS_SEVERAL = "ours", "ours (top channels)"
 STYLESPACE, LOWRANK, RESEFA = "StyleSpace", "LowRankGAN", "ReSeFa"
 METHODS = (OURS, OURS_SEVERAL, STYLESPACE, LOWRANK, RESEFA)
@@ -94,8 +96,10 @@ def generators_config_for(config, generator_config: GeneratorsConfig) -> Generat
     return generator_config.replace(**config.data_parameters())
 
 
-def load_fundus_generator(generator_config: GeneratorsConfig, progress: bool = False) -> tuple[TrainedGenerator, str]:
-    """The generators chapter's fundus StyleGAN3-T for ``generator_config``, and a note on where it came from.
+def load_fundus_generator(generator_config: GeneratorsConfig, progress: bool = False,
+                          kind: str = "fundus-sg3t") -> tuple[TrainedGenerator, str]:
+    """The generators chapter's fundus generator ``kind`` (``Config.generator``: paper 1's StyleGAN3-T, or the
+    StyleGAN2) for ``generator_config``, and a note on where it came from.
 
     The artifact cache keys the generator on the source of the generators chapter's import closure, so this
     chapter's own edits never make it miss; it trains only when neither shipped weights nor the cache hold it.
@@ -103,7 +107,7 @@ def load_fundus_generator(generator_config: GeneratorsConfig, progress: bool = F
     Returns:
         ``(trained generator, note)``; the note says when the generator had to be trained in this run.
     """
-    trained = load_generator(KIND, generator_config, train=True, progress=progress)
+    trained = load_generator(kind, generator_config, train=True, progress=progress)
     note = "trained in this run (the generators chapter had not cached it)" if trained.source == "trained" else ""
     return trained, note
 
@@ -210,7 +214,7 @@ def dr_sets(cohort, column: str, generator_config: GeneratorsConfig, seed: int) 
         table = cohort.split(split).table
         keep = table[column].notna().to_numpy() if len(table) else np.zeros(0, bool)
         if keep.any():
-            parts[split] = (load_images(KIND, generator_config, split)[keep],
+            parts[split] = (load_images(FUNDUS_IMAGES, generator_config, split)[keep],
                             table[column].to_numpy()[keep].astype(np.int64),
                             table["patient_id"].astype(str).to_numpy()[keep])
     if "train" not in parts:
@@ -248,7 +252,7 @@ def train_dr_classifier(config, generator_config: GeneratorsConfig,
     from anonpaper.train.classifier import predict_proba, train_classifier
     from anonpaper.train.loop import TrainSettings
 
-    cohort = kind_cohort(KIND, generator_config)
+    cohort = kind_cohort(FUNDUS_IMAGES, generator_config)
     column = dr_label_column(cohort.table)
     if column is None:
         return None, {"column": "", "classes": 0, "qwk": float("nan"), "qwk_se": float("nan"),
@@ -288,8 +292,8 @@ def load_instruments(config, generator_config: GeneratorsConfig, progress: bool 
     generators chapter's settings (so its cache serves both), the exudate U-Net and the keypoint detector on the
     fundus phantom (they need its exact masks and keypoints), the attacker and the DR classifier on the generator's
     own cohort (the phantom, or the real copy)."""
-    cohort = kind_cohort(KIND, generator_config)
-    phantom = load_cohort(PHANTOM_FUNDUS, **generator_config.phantom_options(KIND))
+    cohort = kind_cohort(FUNDUS_IMAGES, generator_config)
+    phantom = load_cohort(PHANTOM_FUNDUS, **generator_config.phantom_options(FUNDUS_IMAGES))
     vessels, vessel_mask = vessel_cohort(generator_config)
     patch = min(64, generator_config.image_size)
     options = {"epochs": config.segmenter_epochs, "patch_size": patch, "patches_per_epoch": 384,
@@ -803,8 +807,8 @@ def real_queries(generator_config: GeneratorsConfig, count: int, seed: int) -> t
         ``(queries (Q, C, R, R) in [0, 1], their test-split rows (Q,), all test images (G, C, R, R) as a numpy
         float array, patient ids of all test images (G,))``.
     """
-    images = _as_float(load_images(KIND, generator_config, "test"))
-    patients = kind_cohort(KIND, generator_config).split("test").table["patient_id"].to_numpy()
+    images = _as_float(load_images(FUNDUS_IMAGES, generator_config, "test"))
+    patients = kind_cohort(FUNDUS_IMAGES, generator_config).split("test").table["patient_id"].to_numpy()
     values, counts = np.unique(patients, return_counts=True)
     eligible = np.flatnonzero(np.isin(patients, values[counts >= 2]))
     rng = np.random.default_rng(seed)
@@ -869,22 +873,24 @@ def train_ablation_generator(variant: str, instruments: Instruments, config, gen
     generators chapter's recipe and initialisation, cached. Returns ``{"state_dict", "seconds", "kimg"}``."""
     parts = ABLATIONS[variant]
     steps = max(1, int(round(config.ablation_kimg * 1000 / generator_config.batch_size)))
-    settings = dataclasses.replace(training_config(KIND, generator_config, output_dir=None, progress=progress),
+    settings = dataclasses.replace(training_config(config.generator, generator_config, output_dir=None,
+                                                   progress=progress),
                                    total_steps=steps, adversarial_weight=ADVERSARIAL_WEIGHT if parts else 1.0,
                                    checkpoint_every=0, metrics_every=0, log_every=max(1, steps // 50))
     recipe = dataclasses.asdict(settings)
     for name in ("output_dir", "progress", "log_every"):
         recipe.pop(name)
     description = {"variant": variant, "parts": list(parts), "lpips_weight": LPIPS_WEIGHT if parts else 0.0,
-                   "stylegan": generator_config.stylegan_config(KIND).to_dict(), "training": recipe,
+                   "stylegan": generator_config.stylegan_config(config.generator).to_dict(), "training": recipe,
                    "generator_seed": generator_config.seed,
                    "instruments": {"segmenter_epochs": config.segmenter_epochs, "seed": generator_config.seed}}
 
     def build() -> dict:
-        stylegan = generator_config.stylegan_config(KIND)
-        images = load_images(KIND, generator_config)
-        generator = StyleGenerator(stylegan, seed=derive_seed(generator_config.seed, "G", KIND), implementation="fast")
-        discriminator = ResidualDiscriminator(stylegan, seed=derive_seed(generator_config.seed, "D", KIND))
+        stylegan = generator_config.stylegan_config(config.generator)
+        images = load_images(FUNDUS_IMAGES, generator_config)
+        generator = StyleGenerator(stylegan, seed=derive_seed(generator_config.seed, "G", config.generator),
+                                   implementation="fast")
+        discriminator = ResidualDiscriminator(stylegan, seed=derive_seed(generator_config.seed, "D", config.generator))
         started = time.perf_counter()
         result = train_gan(generator, discriminator, images, settings,
                            extra_generator_loss=ablation_loss(instruments, parts),
@@ -908,7 +914,7 @@ def loss_ablation(instruments: Instruments, config, generator_config: Generators
     """
     if config.ablation_kimg <= 0:
         return pd.DataFrame(), {}
-    real_all = _as_float(load_images(KIND, generator_config))
+    real_all = _as_float(load_images(FUNDUS_IMAGES, generator_config))
     count = min(config.ablation_eval_images, len(real_all))
     rng = np.random.default_rng(derive_seed(config.seed, "ablation-real"))
     real = real_all[np.sort(rng.choice(len(real_all), count, replace=False))]
@@ -918,7 +924,7 @@ def loss_ablation(instruments: Instruments, config, generator_config: Generators
     rows, samples = [], {}
     for variant in ABLATIONS:
         artifact = train_ablation_generator(variant, instruments, config, generator_config, progress)
-        generator = StyleGenerator(generator_config.stylegan_config(KIND), seed=0)
+        generator = StyleGenerator(generator_config.stylegan_config(config.generator), seed=0)
         generator.load_state_dict(artifact["state_dict"])
         generator.eval()
         fake = generate(generator, count, derive_seed(config.seed, "ablation-samples"))
@@ -1017,17 +1023,17 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
         seconds[stage] = now - tick
         tick = now
 
-    trained, note = load_fundus_generator(generator_config, progress)
+    trained, note = load_fundus_generator(generator_config, progress, config.generator)
     device = torch.device(config.device) if config.device else get_device()
     generator = trained.generator.to(device).eval()
     for parameter in generator.parameters():
         parameter.requires_grad_(False)
     layout = generator.style_layout
     resolution = generator.resolution
-    generator_info = {"kind": KIND, "config": generator.config.description, "resolution": resolution,
+    generator_info = {"kind": config.generator, "config": generator.config.description, "resolution": resolution,
                       "style_channels": layout.total_channels, "style_layers": len(layout.names),
                       "source": trained.source, "kimg": trained.kimg, "note": note,
-                      "data": generator_config.dataset_name(KIND) + ("" if generator_config.is_phantom
+                      "data": generator_config.dataset_name(config.generator) + ("" if generator_config.is_phantom
                                                                      else f" at {generator_config.data_root}")}
     lap("generator")
     instruments = load_instruments(config, generator_config, progress)
@@ -1036,10 +1042,10 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     # The instrument check, on the T score images against as many real training images.
     ws_scored, codes_scored = sample_codes(generator, config.score_images, derive_seed(config.seed, "score-images"))
     scored_images = render(generator, codes_scored)
-    native_all = kind_cohort(KIND, generator_config).split("train").load_images()
+    native_all = kind_cohort(FUNDUS_IMAGES, generator_config).split("train").load_images()
     pick = np.sort(np.random.default_rng(derive_seed(config.seed, "real-check")).choice(
         len(native_all), min(len(native_all), max(config.score_images, 8)), replace=False))
-    real_resampled = _as_float(load_images(KIND, generator_config))[pick]
+    real_resampled = _as_float(load_images(FUNDUS_IMAGES, generator_config))[pick]
     probability = vessel_probability(instruments, scored_images)
     real_fraction = float((vessel_probability(instruments, real_resampled) >= 0.5).float().mean())
     masks_scored, fallback = vessel_masks(probability, resolution, max(real_fraction, 0.02))
