@@ -226,7 +226,8 @@ def ablation_claim(outcome: Outcome) -> Claim:
         reason += "; within noise"
     # The paper compares converged generators; a shorter schedule than the generators chapter's own generator
     # measures early training, which is too small a profile to decide the claim either way.
-    kimg, full = float(table["kimg"].min()), outcome.generator_config.kimg(config.generator) if outcome.generator_config else None
+    kimg = float(table["kimg"].min())
+    full = outcome.generator_config.kimg(config.generator) if outcome.generator_config else None
     if full is not None and kimg < full:
         return decide("vascular-ablation-fd", statement, paper=paper, ours=fd, holds=None,
                       reason=f"schedule too short to decide ({kimg:g} kimg per ablation generator < {full:g} kimg of "

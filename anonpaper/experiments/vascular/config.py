@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from anonpaper.experiments.chapter import ChapterConfig, parameter
+from anonpaper.experiments.generators.config import KINDS, PHANTOM_FUNDUS, check_data_parameters
 
 GENERATOR_PROFILES = ("smoke", "quick", "paper")
-FUNDUS_GENERATORS = ("fundus-sg3t", "fundus-sg2")
+FUNDUS_GENERATORS = tuple(kind for kind, (dataset, *_) in KINDS.items() if dataset == PHANTOM_FUNDUS)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,6 @@ class Config(ChapterConfig):
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
-        from anonpaper.experiments.generators.config import check_data_parameters
         from anonpaper.models.classifiers import CLASSIFIER_NAMES
 
         for name in ("attacker_backbone", "dr_backbone"):

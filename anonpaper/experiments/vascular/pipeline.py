@@ -96,8 +96,8 @@ def generators_config_for(config, generator_config: GeneratorsConfig) -> Generat
     return generator_config.replace(**config.data_parameters())
 
 
-def load_fundus_generator(generator_config: GeneratorsConfig, progress: bool = False,
-                          kind: str = "fundus-sg3t") -> tuple[TrainedGenerator, str]:
+def load_fundus_generator(generator_config: GeneratorsConfig, kind: str,
+                          progress: bool = False) -> tuple[TrainedGenerator, str]:
     """The generators chapter's fundus generator ``kind`` (``Config.generator``: paper 1's StyleGAN3-T, or the
     StyleGAN2) for ``generator_config``, and a note on where it came from.
 
@@ -1023,7 +1023,7 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
         seconds[stage] = now - tick
         tick = now
 
-    trained, note = load_fundus_generator(generator_config, progress, config.generator)
+    trained, note = load_fundus_generator(generator_config, config.generator, progress)
     device = torch.device(config.device) if config.device else get_device()
     generator = trained.generator.to(device).eval()
     for parameter in generator.parameters():
@@ -1033,8 +1033,8 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     generator_info = {"kind": config.generator, "config": generator.config.description, "resolution": resolution,
                       "style_channels": layout.total_channels, "style_layers": len(layout.names),
                       "source": trained.source, "kimg": trained.kimg, "note": note,
-                      "data": generator_config.dataset_name(config.generator) + ("" if generator_config.is_phantom
-                                                                     else f" at {generator_config.data_root}")}
+                      "data": generator_config.dataset_name(config.generator)
+                      + ("" if generator_config.is_phantom else f" at {generator_config.data_root}")}
     lap("generator")
     instruments = load_instruments(config, generator_config, progress)
     lap("instruments")
