@@ -16,6 +16,7 @@ the memory asked for and what to try (a smaller batch or gradient accumulation).
 
 Usage:
     python benchmarks/bench_stylegan.py                                  # CPU, 64 px configs, 2 threads
+    python benchmarks/bench_stylegan.py --configs sg2-tiny@64 sg3t-tiny@64  # a named config at another resolution
     python benchmarks/bench_stylegan.py --device cuda --configs sg2-paper256 sg3t-paper256 --batch 32 \\
         --implementations reference fast triton --mixed-precision fp16
 """
@@ -64,11 +65,25 @@ def check_request(device: torch.device, implementations: list[str], mixed_precis
         raise BenchmarkError(f"--mixed-precision must be one of {PRECISIONS}, got {mixed_precision!r}")
     if mixed_precision == "fp16" and device.type == "cpu":
         raise BenchmarkError("fp16 layers are not supported on CPU (slow or missing kernels); use bf16 or none")
-    unknown = [name for name in configs if name not in list_configs()]
-    if unknown:
-        raise BenchmarkError(f"unknown configs {unknown}; expected some of {sorted(list_configs())}")
+    for name in configs:
+        parse_config(name)
     if any(batch < 1 for batch in batches):
         raise BenchmarkError(f"batch sizes must be positive, got {batches}")
+
+
+def parse_config(name: str):
+    """A named config, or ``NAME@RESOLUTION`` for a named config at another resolution (the generators chapter's
+    ``quick`` fundus generators are ``sg2-tiny@64`` / ``sg3t-tiny@64``)."""
+    base, _, resolution = name.partition("@")
+    if base not in list_configs():
+        raise BenchmarkError(f"unknown config {base!r} in {name!r}; expected some of {sorted(list_configs())}, "
+                             "optionally with @RESOLUTION")
+    config = get_config(base)
+    if not resolution:
+        return config
+    if not resolution.isdigit() or int(resolution) < 16 or int(resolution) & (int(resolution) - 1):
+        raise BenchmarkError(f"resolution in {name!r} must be a power of two >= 16, got {resolution!r}")
+    return config.replace(resolution=int(resolution))
 
 
 def _synchronize(device: torch.device) -> None:
@@ -88,7 +103,7 @@ def _out_of_memory_message(name: str, batch: int, device: torch.device, error: E
 def run_one(name: str, batch: int, implementation: str, mixed_precision: str, device: torch.device,
             steps: int) -> dict:
     """One measurement: train and generation throughput of one config / batch / implementation."""
-    config = get_config(name)
+    config = parse_config(name)
     precision = None if mixed_precision == "none" else mixed_precision
     G = StyleGenerator(config, seed=0, implementation=implementation, mixed_precision=precision)
     D = ResidualDiscriminator(config, seed=1)

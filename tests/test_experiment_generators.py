@@ -163,7 +163,12 @@ def _outcome(values: dict[str, float], check: str = "", eval_images: int = 100) 
 
 GOOD = {"FD-vessel-unet": 10.0, "FD-vessel-unet/untrained": 40.0, "vessel_fraction/real": 0.10,
         "vessel_fraction/generated": 0.12, "projector_W+/PSNR": 25.0, "projector_W/PSNR": 20.0,
-        "projector_W+/SSIM": 0.8}
+        "projector_W+/SSIM": 0.8,
+        "vessel_skeleton/length_per_piece/real": 56.0, "vessel_skeleton/length_per_piece/generated": 40.0,
+        "vessel_skeleton/junctions_per_image/real": 1.2, "vessel_skeleton/junctions_per_image/generated": 0.8,
+        "vessel_skeleton/pieces_per_image/real": 2.3, "vessel_skeleton/pieces_per_image/generated": 3.0,
+        "vessel_skeleton/largest_piece/real": 0.95, "vessel_skeleton/largest_piece/generated": 0.8}
+STROKES = {"vessel_skeleton/length_per_piece/generated": 7.7}  # the quick StyleGAN2's scattered strokes
 
 
 def _verdicts(outcome) -> dict[str, str]:
@@ -172,8 +177,42 @@ def _verdicts(outcome) -> dict[str, str]:
 
 def test_claims_hold_on_good_numbers_and_fail_on_bad_ones():
     assert set(_verdicts(_outcome(GOOD)).values()) == {HOLDS}
-    bad = {**GOOD, "FD-vessel-unet": 20.0, "vessel_fraction/generated": 0.2, "projector_W+/PSNR": 15.0}
+    bad = {**GOOD, **STROKES, "FD-vessel-unet": 20.0, "vessel_fraction/generated": 0.2, "projector_W+/PSNR": 15.0}
     assert set(_verdicts(_outcome(bad)).values()) == {FAILS}
+
+
+def test_tree_claim_fails_on_strokes_or_missing_junctions_and_is_absent_without_skeleton_numbers():
+    assert _verdicts(_outcome(GOOD))["fundus-sg2-vessel-tree"] == HOLDS
+    strokes = _verdicts(_outcome({**GOOD, **STROKES}))
+    assert strokes["fundus-sg2-vessel-tree"] == FAILS and strokes["fundus-sg2-vessel-fraction"] == HOLDS
+    no_junctions = {**GOOD, "vessel_skeleton/junctions_per_image/generated": 0.3}
+    assert _verdicts(_outcome(no_junctions))["fundus-sg2-vessel-tree"] == FAILS
+    no_real_junctions = {**GOOD, "vessel_skeleton/junctions_per_image/real": 0.0}
+    assert _verdicts(_outcome(no_real_junctions))["fundus-sg2-vessel-tree"] == UNDECIDED
+    failed = _verdicts(_outcome(GOOD, check="vessel segmenter validation Dice 0.2 < 0.5"))
+    assert failed["fundus-sg2-vessel-tree"] == UNDECIDED
+    lungs_like = {name: value for name, value in GOOD.items() if "skeleton" not in name}
+    assert "fundus-sg2-vessel-tree" not in _verdicts(_outcome(lungs_like))
+
+
+def test_skeleton_statistics_tell_a_phantom_vessel_tree_from_scattered_strokes():
+    from anonpaper.data import load_cohort
+
+    cohort = load_cohort("phantom-retina", n_patients=4, image_size=64, seed=0)
+    trees = np.stack([np.asarray(mask) > 0 for mask in cohort.split("train").load_masks("vessel")])
+    rng = np.random.default_rng(0)
+    strokes = np.zeros_like(trees)
+    for image in strokes:  # same order of vessel area, as short disconnected dashes
+        for row, column in rng.integers(4, 56, size=(12, 2)):
+            image[row, column:column + 5] = True
+    tree_stats, stroke_stats = pipeline.skeleton_statistics(trees), pipeline.skeleton_statistics(strokes)
+    assert tree_stats["length_per_piece"] > 3 * stroke_stats["length_per_piece"]
+    assert tree_stats["largest_piece"] > 0.6 > stroke_stats["largest_piece"]
+    assert tree_stats["junctions_per_image"] >= 1 and set(tree_stats) == set(pipeline.SKELETON_STATISTICS)
+    empty = pipeline.skeleton_statistics(np.zeros((2, 8, 8), dtype=bool))
+    assert empty["length_per_piece"] == 0.0 and np.isnan(empty["largest_piece"])
+    with pytest.raises(ValueError, match="boolean"):
+        pipeline.skeleton_statistics(np.zeros((2, 8, 8)))
 
 
 def test_claims_undecided_for_small_runs_and_a_failed_segmenter():

@@ -2,7 +2,7 @@
 
 They are ``phantom-check`` claims: they test whether our generators are good enough for the GAN chapters, not a
 paper's result. Distribution claims are undecided below ``Config.min_eval_images`` images per set; the
-vessel-fraction claim is undecided when the vessel segmenter failed its own Dice check.
+vessel-fraction and vessel-tree claims are undecided when the vessel segmenter failed its own Dice check.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from anonpaper.experiments.generators.pipeline import Outcome
 
 FD_RATIO = 1 / 3
 VESSEL_TOLERANCE = 0.25
+TREE_TOLERANCE = 0.5  # skeleton numbers of a few dozen pixels per 64 px image: looser than the pixel count
 MIN_PROJECTOR_IMAGES = 5  # fewer held-out inversions decide nothing
 
 
@@ -55,6 +56,9 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
                     else "no real mask pixels") + note, **size)
         check = outcome.segmenters[KINDS[kind][0]]["check"]
         claims.append(instrument_failed(claim, f"{mask} segmenter", check) if check else claim)
+        if math.isfinite(outcome.value(kind, f"{mask}_skeleton/length_per_piece/real")):
+            claim = _tree_claim(outcome, kind, mask, size)
+            claims.append(instrument_failed(claim, f"{mask} segmenter", check) if check else claim)
         value = outcome.value(kind, "projector_W+/PSNR")
         claims.append(decide(
             f"{kind}-projector", f"{kind}: the projector reaches PSNR >= {config.projector_psnr_target:g} dB (W+) on "
@@ -66,3 +70,25 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
             reason=f"mean PSNR over {config.projector_images} held-out images" if math.isfinite(value)
             else "no held-out images", n=config.projector_images, min_n=MIN_PROJECTOR_IMAGES, kind="phantom-check"))
     return claims
+
+
+def _tree_claim(outcome: Outcome, kind: str, mask: str, size: dict) -> Claim:
+    """Generated vessels are trees, not strokes: skeleton length per connected piece and junctions per image each
+    within ``TREE_TOLERANCE`` of the real images' (see :func:`anonpaper.experiments.generators.pipeline.
+    skeleton_statistics`)."""
+    names = ("length_per_piece", "junctions_per_image", "pieces_per_image", "largest_piece")
+    values = {(name, source): outcome.value(kind, f"{mask}_skeleton/{name}/{source}")
+              for name in names for source in ("real", "generated")}
+    relative = {name: abs(values[name, "generated"] - values[name, "real"]) / values[name, "real"]
+                if values[name, "real"] > 0 else float("nan") for name in names[:2]}
+    decidable = all(math.isfinite(value) for value in relative.values())
+    return decide(
+        f"{kind}-{mask}-tree", f"{kind}: generated {mask}s are trees like the real ones (skeleton length per "
+                               f"connected piece and junctions per image each within {100 * TREE_TOLERANCE:.0f} % "
+                               "of the real images')",
+        paper="generated fundus images show the vessel tree (paper 1 segments and edits it)",
+        ours={f"{name}_{source}": round(values[name, source], 3) for name in names for source in ("real", "generated")},
+        holds=bool(max(relative.values()) <= TREE_TOLERANCE) if decidable else None,
+        reason=(f"relative differences: length per piece {100 * relative['length_per_piece']:.1f} %, junctions "
+                f"per image {100 * relative['junctions_per_image']:.1f} %" if decidable
+                else "the real images' masks have no skeleton or no junctions"), **size)

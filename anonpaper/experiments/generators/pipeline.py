@@ -30,6 +30,7 @@ from anonpaper.data import load_cohort
 from anonpaper.experiments.generators.config import KINDS, PHANTOM_FUNDUS, Config
 from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights
 from anonpaper.metrics.distribution import frechet_distance, kernel_inception_distance, knn_precision_recall, swd
+from anonpaper.metrics.identity import vessel_bifurcations
 from anonpaper.metrics.quality import psnr, ssim
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGenerator, project, to_unit_range
 from anonpaper.runtime import cache_dir, derive_seed, get_device
@@ -88,8 +89,7 @@ def vessel_cohort(config: Config) -> tuple[Any, str]:
         return load_cohort(PHANTOM_FUNDUS, **config.phantom_options("fundus-sg2")), "vessel"
     protocol = {"name": "drive-train-val", "kind": "official", "column": "official_split",
                 "mapping": {"train": "train", "test": "val"}}
-    return load_cohort("drive", root=config.vessel_data_root, image_size=config.cohort_size_of("fundus-sg2"),
-                       protocol=protocol,
+    return load_cohort("drive", root=config.vessel_data_root, image_size=config.cohort_size, protocol=protocol,
                        seed=config.seed), "vessels"
 
 
@@ -162,8 +162,8 @@ def training_config(kind: str, config: Config, output_dir: str | None = None,
     architecture's defaults for CPU configs), with this chapter's batch, augmentation and schedule."""
     checkpoint_every = max(1, int(round(config.checkpoint_kimg * 1000 / config.batch_size)))
     return GANTrainingConfig.for_stylegan_config(
-        getattr(config, KINDS[kind][1]), total_steps=config.total_steps(kind), batch_size=config.batch_size, augment=config.augment,
-        ada_kimg=100.0, seed=derive_seed(config.seed, "generator", kind), mixed_precision=True,
+        getattr(config, KINDS[kind][1]), total_steps=config.total_steps(kind), batch_size=config.batch_size,
+        augment=config.augment, ada_kimg=100.0, seed=derive_seed(config.seed, "generator", kind), mixed_precision=True,
         checkpoint_every=checkpoint_every if output_dir else 0, metrics_every=checkpoint_every,
         output_dir=output_dir, log_every=1,
         progress=progress)
@@ -337,6 +337,61 @@ def to_cohort_size(images: torch.Tensor, config: Config, kind: str) -> torch.Ten
     return torch.nn.functional.interpolate(images, size=side, mode="bilinear", align_corners=False).clamp(0, 1)
 
 
+SKELETON_STATISTICS = {
+    "length_per_image": "skeleton pixels per image",
+    "pieces_per_image": "8-connected skeleton pieces per image",
+    "length_per_piece": "skeleton pixels per piece, pooled over images (0 without a skeleton)",
+    "largest_piece": "share of an image's skeleton in its largest piece, mean over images with a skeleton",
+    "junctions_per_image": "branch and crossing points per image (metrics.vessel_bifurcations)",
+}
+
+
+def skeleton_statistics(masks: np.ndarray) -> dict[str, float]:
+    """What separates a vessel tree from scattered strokes: the skeletons' length, pieces and junctions.
+
+    A fundus image's vessels are a few connected trees rooted at the disc, so their skeleton comes in few long
+    pieces with branch points; dark strokes of the same total area give many short pieces and few junctions. The
+    vessel-pixel fraction cannot tell the two apart; these numbers can.
+
+    Args:
+        masks: (N, H, W) boolean vessel masks.
+
+    Returns:
+        The :data:`SKELETON_STATISTICS`, each a float: ``length_per_image`` (pixels), ``pieces_per_image``,
+        ``length_per_piece`` (pixels; 0 when no mask has a skeleton), ``largest_piece`` (in [0, 1]; NaN when no
+        mask has a skeleton) and ``junctions_per_image``.
+
+    Example:
+        >>> masks = np.zeros((2, 32, 32), dtype=bool)
+        >>> masks[0, 16, 2:30] = True       # one 28-pixel line
+        >>> masks[1, 4, 2:8] = masks[1, 20, 2:8] = masks[1, 28, 20:26] = True   # three short strokes
+        >>> stats = skeleton_statistics(masks)
+        >>> stats["pieces_per_image"], stats["length_per_piece"], stats["junctions_per_image"]
+        (2.0, 11.5, 0.0)
+    """
+    from scipy import ndimage
+    from skimage.morphology import skeletonize
+
+    masks = np.asarray(masks)
+    if masks.ndim != 3 or masks.dtype != bool:
+        raise ValueError(f"skeleton_statistics expects (N, H, W) boolean masks, got {masks.dtype} {masks.shape}")
+    lengths, pieces, largest, junctions = [], [], [], []
+    for mask in masks:
+        skeleton = skeletonize(mask)
+        labels, count = ndimage.label(skeleton, structure=np.ones((3, 3)))
+        length = int(skeleton.sum())
+        lengths.append(length)
+        pieces.append(count)
+        if count:
+            largest.append(np.bincount(labels.ravel())[1:].max() / length)
+        junctions.append(len(vessel_bifurcations(mask)))
+    total_pieces = sum(pieces)
+    return {"length_per_image": float(np.mean(lengths)), "pieces_per_image": float(np.mean(pieces)),
+            "length_per_piece": float(sum(lengths) / total_pieces) if total_pieces else 0.0,
+            "largest_piece": float(np.mean(largest)) if largest else float("nan"),
+            "junctions_per_image": float(np.mean(junctions))}
+
+
 @torch.no_grad()
 def unet_features(model, images: torch.Tensor, batch_size: int = 50) -> np.ndarray:
     """Global-average-pooled encoder taps of a cohort-trained U-Net: one feature vector per image."""
@@ -352,10 +407,11 @@ def _segmenter(dataset: str, config: Config, progress: bool):
     """The U-Net of one modality (key: its phantom's name) and its check; the fundus one learns
     :func:`vessel_cohort`."""
     mask = FEATURE_MASKS[dataset]
+    kind = "fundus-sg2" if dataset == PHANTOM_FUNDUS else "cxr-sg2"  # any kind of that modality: same size, cohort
     if dataset == PHANTOM_FUNDUS:
-        (cohort, cohort_mask), kind = vessel_cohort(config), "fundus-sg2"
+        cohort, cohort_mask = vessel_cohort(config)
     else:
-        cohort, cohort_mask, kind = load_cohort(dataset, **config.phantom_options("cxr-sg2")), mask, "cxr-sg2"
+        cohort, cohort_mask = load_cohort(dataset, **config.phantom_options(kind)), mask
     patch = min(64, config.image_size_of(kind))
     model = trained_segmenter(cohort, cohort_mask, epochs=config.segmenter_epochs, patch_size=patch,
                               patches_per_epoch=384, seed=config.seed, progress=progress)
@@ -400,10 +456,15 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
     add("recall", recall, pooled + "; k-NN manifold (k=3, Kynkaanniemi et al. 2019)")
     if side >= 16:
         add("SWD", swd(real, fake, seed=config.seed).value, "Laplacian-pyramid 7x7 descriptors, x1e3 (progressive GAN)")
-    real_fraction = float((segment(segmenter, to_cohort_size(real, config, kind)) >= 0.5).mean())
-    fake_fraction = float((segment(segmenter, to_cohort_size(fake, config, kind)) >= 0.5).mean())
-    add(f"{mask_name}_fraction/real", real_fraction, f"{mask_name} U-Net, threshold 0.5, all pixels")
-    add(f"{mask_name}_fraction/generated", fake_fraction, f"{mask_name} U-Net, threshold 0.5, all pixels")
+    masks = {name: segment(segmenter, to_cohort_size(images, config, kind)) >= 0.5
+             for name, images in (("real", real), ("generated", fake))}
+    for name, mask in masks.items():
+        add(f"{mask_name}_fraction/{name}", float(mask.mean()), f"{mask_name} U-Net, threshold 0.5, all pixels")
+    if KINDS[kind][0] == PHANTOM_FUNDUS:  # vessels form trees; lungs do not
+        for name, mask in masks.items():
+            for statistic, value in skeleton_statistics(mask).items():
+                add(f"{mask_name}_skeleton/{statistic}/{name}", value,
+                    f"{mask_name} U-Net masks (threshold 0.5) skeletonised; {SKELETON_STATISTICS[statistic]}")
     if side < cohort_side:  # what resampling to the generator's size costs the instrument
         cohort = kind_cohort(kind, config)
         native = _as_float(cohort.split("train").load_images())[np.sort(pick)]
