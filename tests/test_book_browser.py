@@ -7,8 +7,9 @@ not scroll. A screenshot of every page goes to ``runs/smoke/screenshots/``.
 
 Chromium is Debian's (``.ci/install-browser``), driven over the DevTools protocol on a pipe
 (``--remote-debugging-pipe``): no driver and no Python package beyond the standard library, nothing downloaded.
-External requests are blocked (no network); a page that asks for one gets a pytest warning, not a failure (the
-theme may load MathJax from a CDN when a page has math).
+External requests are blocked (no network), and a page that asks for one fails: the book is read offline (MathJax
+is served from the book's own ``_static/``, see ``book/_ext``). A page with math fails when MathJax typesets none of
+it (the reader would see raw TeX).
 
 Run after ``anonpaper reproduce --profile smoke``: ``pytest -m notebooks tests/test_book_browser.py``.
 """
@@ -25,7 +26,6 @@ import select
 import shutil
 import subprocess
 import time
-import warnings
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -164,6 +164,13 @@ _PAGE_PROBE = """
                  head: (table.innerText || '').slice(0, 80)});
     }
   }
+  // Math: Sphinx marks each formula with class "math"; MathJax replaces its TeX by an mjx-container.
+  const formulas = document.querySelectorAll('.math').length;
+  if (formulas && window.MathJax) {
+    for (let waited = 0; waited < 10000 && !document.querySelector('mjx-container'); waited += 100) {
+      await new Promise(resolve => setTimeout(resolve, 100));
+    }
+  }
   const emptyFigures = [...document.querySelectorAll('figure, div.figure')]
       .filter(figure => !figure.querySelector('img, svg, canvas, table, video'))
       .map(figure => figure.id || (figure.innerText || '').slice(0, 80));
@@ -171,6 +178,7 @@ _PAGE_PROBE = """
     images: images.map(image => ({src: image.currentSrc || image.src, width: image.naturalWidth,
                                   loaded: image.complete && image.naturalWidth > 0})),
     wide: wide, emptyFigures: emptyFigures,
+    formulas: formulas, typeset: document.querySelectorAll('mjx-container').length,
     errorOutputs: document.querySelectorAll('.output.error, .output.traceback, .output.stderr').length,
     text: body.innerText || '',
     height: Math.ceil(document.documentElement.scrollHeight),
@@ -271,6 +279,8 @@ def check_page(browser: DevToolsPipe, page: Path, screenshot: Path | None) -> li
         problems += [f"empty figure (no image in it): {name!r}" for name in found["emptyFigures"]]
         for match in sorted(set(VISIBLE_REPR.findall(found["text"]))):
             problems.append(f"visible Python repr or traceback: {match!r}")
+        if found["formulas"] and not found["typeset"]:
+            problems.append(f"math not typeset: {found['formulas']} formula(s) shown as TeX (MathJax did not run)")
         if found["errorOutputs"]:
             problems.append(f"{found['errorOutputs']} error/stderr output(s) shown on the page")
         problems += [f"table wider than the page and not scrolling: {table['width']} px > {table['page']} px "
@@ -286,8 +296,7 @@ def check_page(browser: DevToolsPipe, page: Path, screenshot: Path | None) -> li
     finally:
         browser.send("Target.closeTarget", {"targetId": target})
         browser.events.clear()
-    for item in external:
-        warnings.warn(f"{page.name} asks for the network (blocked): {item}", stacklevel=2)
+    problems += [f"asks for the network (blocked; the book is read offline): {item}" for item in external]
     return problems
 
 
@@ -356,12 +365,13 @@ def test_the_checks_catch_each_problem(browser, tmp_path):
            "<img src='missing.png'><figure><img src='blank.png'></figure><figure><p>caption only</p></figure>"
            "<pre>&lt;anonpaper.runner.record.Results object at 0x7f3a2b&gt; Claim(id='x')</pre>"
            "<pre>Traceback (most recent call last):</pre>"
+           "<img src='https://example.org/remote.png'><p><span class='math'>\\(x^2\\)</span></p>"
            f"{wide_table}</main></body></html>")
     (tmp_path / "bad.html").write_text(bad)
     problems = "\n".join(check_page(browser, tmp_path / "bad.html", None))
     for expected in ("console error: boom from the page", "missing.png", "blank image", "no image in it",
                      "object at 0x7f3a2b", "Claim(", "Traceback (most recent call last)",
-                     "table wider than the page"):
+                     "table wider than the page", "asks for the network", "math not typeset: 1 formula"):
         assert expected in problems, f"{expected!r} not reported in:\n{problems}"
 
 
