@@ -20,6 +20,7 @@ from pathlib import Path
 MATHJAX_BUNDLE = "tex-mml-chtml.js"  # what Sphinx's default MathJax 3 URL names
 MATHJAX_PARTS = (MATHJAX_BUNDLE, "input", "output", "ui", "a11y")  # not sre/ (speech, 4 MB) or other bundles
 MATHJAX_STATIC = "mathjax"  # folder under the book's _static/
+LOCAL_MATHJAX_PATH = f"{MATHJAX_STATIC}/{MATHJAX_BUNDLE}"  # mathjax_path relative to _static/
 
 
 def local_mathjax() -> Path | None:
@@ -35,13 +36,13 @@ def _use_local_mathjax(app, config) -> None:
     from sphinx.ext.mathjax import MATHJAX_URL
 
     if local_mathjax() is not None and config.mathjax_path == MATHJAX_URL:  # a user's own choice stays
-        config.mathjax_path = f"{MATHJAX_STATIC}/{MATHJAX_BUNDLE}"  # relative: under _static/
+        config.mathjax_path = LOCAL_MATHJAX_PATH
 
 
 def _copy_mathjax(app, exception) -> None:
     es5 = local_mathjax()
     if exception is not None or es5 is None or app.builder.format != "html" or \
-            app.config.mathjax_path != f"{MATHJAX_STATIC}/{MATHJAX_BUNDLE}":
+            app.config.mathjax_path != LOCAL_MATHJAX_PATH:
         return
     target = Path(app.outdir) / "_static" / MATHJAX_STATIC
     target.mkdir(parents=True, exist_ok=True)
