@@ -323,52 +323,6 @@ def test_dr_utility_counts_kept_grades_and_their_kappa():
     assert same["dr_agreement"] == 1.0 and same["dr_qwk"] == 1.0 and kept.all()
 
 
-class StubCohort:
-    """A cohort table split by ``split`` (no images: the test patches ``load_images``)."""
-
-    name = "stub"
-    channels = 3
-
-    def __init__(self, table):
-        self.table = table
-
-    def split(self, name):
-        return StubCohort(self.table[self.table["split"] == name].reset_index(drop=True))
-
-
-def _stub(labels_in_test: bool, val: bool = False):
-    rows = [{"split": "train", "patient_id": f"p{i // 2}", "label_diabetes": float(i % 2)} for i in range(20)]
-    rows += [{"split": "test", "patient_id": f"t{i // 2}", "label_diabetes": float(i % 2) if labels_in_test
-              else np.nan} for i in range(6)]
-    if val:
-        rows += [{"split": "val", "patient_id": f"v{i}", "label_diabetes": float(i % 2)} for i in range(4)]
-    return StubCohort(pd.DataFrame(rows))
-
-
-def test_dr_sets_check_on_held_out_labelled_images(monkeypatch):
-    def images(kind, config, split):  # image value = row number within its split, to trace rows
-        count = len(cohort.split(split).table)
-        return np.arange(count, dtype=np.uint8)[:, None, None, None] * np.ones((1, 2, 2, 3), np.uint8)
-
-    monkeypatch.setattr(pipeline, "load_images", images)
-    cohort = _stub(labels_in_test=True)
-    assert pipeline.dr_label_column(cohort.table) == "label_diabetes"
-    sets = pipeline.dr_sets(cohort, "label_diabetes", None, seed=0)
-    assert sets.source == "test split" and len(sets.check[1]) == 6 and len(sets.train[1]) == 20
-    assert sets.val[0] is sets.train[0]  # no validation split: the epoch is selected on the training images
-
-    cohort = _stub(labels_in_test=False)  # ODIR-5K under paper 1's protocol: the testing images have no labels
-    sets = pipeline.dr_sets(cohort, "label_diabetes", None, seed=0)
-    assert "held out of training" in sets.source
-    assert len(sets.check[1]) == 4 and len(sets.train[1]) == 16  # 2 of 10 training patients
-    assert not set(sets.check[2]) & set(np.asarray([f"p{i // 2}" for i in range(20)])[sets.train[0][:, 0, 0, 0]])
-
-    cohort = _stub(labels_in_test=False, val=True)
-    sets = pipeline.dr_sets(cohort, "label_diabetes", None, seed=0)
-    assert sets.source == "validation split" and len(sets.check[1]) == 4 and len(sets.train[1]) == 20
-    assert pipeline.dr_label_column(pd.DataFrame({"dr_grade": [np.nan], "label_diabetes": [np.nan]})) is None
-
-
 # -- the real-data path (a fake ODIR-5K tree) ----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -5,16 +5,19 @@ chapters load them with :func:`load_generator`.
 The chapter ``notebooks/02_generators.ipynb`` imports this face.
 """
 
-from anonpaper.experiments.generators.analysis import generators_table, metrics_table, protocols_table
+from anonpaper.experiments.generators.analysis import (generators_table, labels_summary, labels_table, metrics_table,
+                                                       protocols_table)
 from anonpaper.experiments.generators.claims import evaluate_claims
 from anonpaper.experiments.generators.config import KINDS, Config
 from anonpaper.experiments.generators.figures import plot_projections, plot_samples, plot_training, plot_truncation
+from anonpaper.experiments.generators.labels import LabelClassifier, label_classifier
 from anonpaper.experiments.generators.pipeline import (DataCopyError, Outcome, TrainedGenerator, check_data, evaluate,
                                                        export_outcome, generate, generator_description, kind_cohort,
                                                        load_generator, run, vessel_cohort)
 from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights
 
-__all__ = ["Config", "DataCopyError", "KINDS", "Outcome", "TrainedGenerator", "WeightsRefused", "check_data",
-           "evaluate", "evaluate_claims", "export_outcome", "export_weights", "generate", "generator_description",
-           "generators_table", "kind_cohort", "load_generator", "load_weights", "metrics_table", "plot_projections",
-           "plot_samples", "plot_training", "plot_truncation", "protocols_table", "run", "vessel_cohort"]
+__all__ = ["Config", "DataCopyError", "KINDS", "LabelClassifier", "Outcome", "TrainedGenerator", "WeightsRefused",
+           "check_data", "evaluate", "evaluate_claims", "export_outcome", "export_weights", "generate",
+           "generator_description", "generators_table", "kind_cohort", "label_classifier", "labels_summary",
+           "labels_table", "load_generator", "load_weights", "metrics_table", "plot_projections", "plot_samples",
+           "plot_training", "plot_truncation", "protocols_table", "run", "vessel_cohort"]

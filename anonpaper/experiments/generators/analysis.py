@@ -27,3 +27,34 @@ def generators_table(outcome: Outcome) -> pd.DataFrame:
                      "resumed_from_kimg": trained.resumed_from_kimg, "train_seconds": trained.seconds,
                      "s_per_kimg": trained.seconds_per_kimg})
     return pd.DataFrame(rows).set_index("kind")
+
+
+def labels_table(outcome: Outcome) -> pd.DataFrame:
+    """Per generator and label: the share of the real training images that carry it (``true``) and the shares the
+    cohort's classifier reads off real and generated images; index (kind, label). Empty when no classifier ran."""
+    rows = outcome.metrics[outcome.metrics["metric"].str.count("/") == 2]
+    rows = rows[rows["metric"].str.startswith("labels/") & ~rows["metric"].str.startswith("labels/distance/")]
+    if rows.empty:
+        return pd.DataFrame(columns=["true", "real", "generated"])
+    parts = rows["metric"].str.split("/", expand=True)
+    table = rows.assign(label=parts[1], source=parts[2]).pivot_table(
+        index=["kind", "label"], columns="source", values="value", aggfunc="first", sort=False)
+    return table[["true", "real", "generated"]]
+
+
+def labels_summary(outcome: Outcome) -> str:
+    """One Markdown line per generator whose cohort has a label classifier: the label distance of generated vs real
+    images beside the distance two real samples give, and the label generated images read as most often."""
+    lines = []
+    table = labels_table(outcome)
+    for kind in outcome.generators:
+        if kind not in table.index.get_level_values(0):
+            continue
+        shares = table.loc[kind]
+        top_generated, top_real = shares["generated"].idxmax(), shares["real"].idxmax()
+        lines.append(f"- **{kind}**: label distance {outcome.value(kind, 'labels/distance'):.3f} between generated "
+                     f"and real images (two real samples: {outcome.value(kind, 'labels/distance/held_out'):.3f}); "
+                     f"most frequent label read off generated images `{top_generated}` "
+                     f"({shares['generated'].max():.0%}), off real images `{top_real}` ({shares['real'].max():.0%}); "
+                     f"classifier check {outcome.value(kind, 'labels/check'):.3f}.")
+    return "\n".join(lines) or "No cohort label classifier ran."

@@ -21,7 +21,8 @@ MIN_PROJECTOR_IMAGES = 5  # fewer held-out inversions decide nothing
 
 def evaluate_claims(outcome: Outcome) -> list[Claim]:
     """Per generator: FD below a third of the untrained generator's; mask fraction within 25 % of the real one;
-    projector PSNR (W+) at least ``Config.projector_psnr_target``."""
+    (fundus) vessel trees like the real ones; labels read off generated images within ``Config.label_tolerance`` of
+    those read off real images; projector PSNR (W+) at least ``Config.projector_psnr_target``."""
     config = outcome.config
     claims: list[Claim] = []
     for kind in outcome.generators:
@@ -59,13 +60,17 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
         if math.isfinite(outcome.value(kind, f"{mask}_skeleton/length_per_piece/real")):
             claim = _tree_claim(outcome, kind, mask, size)
             claims.append(instrument_failed(claim, f"{mask} segmenter", check) if check else claim)
+        classifier = outcome.classifiers.get(KINDS[kind][0])
+        if classifier is not None:
+            claims.append(_label_claim(outcome, kind, classifier, size))
         value = outcome.value(kind, "projector_W+/PSNR")
         claims.append(decide(
             f"{kind}-projector", f"{kind}: the projector reaches PSNR >= {config.projector_psnr_target:g} dB (W+) on "
                                  "held-out images",
             paper="paper 1 / GMIA invert real images before editing (no PSNR target published)",
             ours={"psnr_w_plus": round(value, 2), "psnr_w": round(outcome.value(kind, "projector_W/PSNR"), 2),
-                  "ssim_w_plus": round(outcome.value(kind, "projector_W+/SSIM"), 3)},
+                  "ssim_w_plus": round(outcome.value(kind, "projector_W+/SSIM"), 3),
+                  "lpips_w_plus": round(outcome.value(kind, f"projector_W+/LPIPS-{mask}-unet"), 3)},
             holds=bool(value >= config.projector_psnr_target) if math.isfinite(value) else None,
             reason=f"mean PSNR over {config.projector_images} held-out images" if math.isfinite(value)
             else "no held-out images", n=config.projector_images, min_n=MIN_PROJECTOR_IMAGES, kind="phantom-check"))
@@ -92,3 +97,33 @@ def _tree_claim(outcome: Outcome, kind: str, mask: str, size: dict) -> Claim:
         reason=(f"relative differences: length per piece {100 * relative['length_per_piece']:.1f} %, junctions "
                 f"per image {100 * relative['junctions_per_image']:.1f} %" if decidable
                 else "the real images' masks have no skeleton or no junctions"), **size)
+
+
+def _label_claim(outcome: Outcome, kind: str, classifier, size: dict) -> Claim:
+    """Generated images carry the cohort's labels as often as real ones: the label distance (DR grades: total
+    variation; findings: mean absolute prevalence difference) between what the cohort's classifier reads off
+    generated and real images is at most ``Config.label_tolerance``; undecided when the classifier fails its
+    held-out check."""
+    config = outcome.config
+    grade = classifier.task == "grade"
+    what = "DR grades" if grade else "findings"
+    distance = outcome.value(kind, "labels/distance")
+    ours = {"distance": round(distance, 3), "distance_held_out": round(outcome.value(kind, "labels/distance/held_out"),
+                                                                       3)}
+    ours.update({f"{name}_{source}": round(outcome.value(kind, f"labels/{name}/{source}"), 3)
+                 for name in classifier.names for source in ("real", "generated")})
+    claim = decide(
+        f"{kind}-labels", f"{kind}: the {what} the cohort's classifier reads off generated images lie within "
+                          f"{config.label_tolerance:g} of those it reads off real images "
+                          f"({'total variation' if grade else 'mean absolute prevalence difference'})",
+        paper="generated images keep the disease labels (k-SALSA and GMIA train classifiers on synthetic images)",
+        ours=ours, holds=bool(distance <= config.label_tolerance) if math.isfinite(distance) else None,
+        reason=f"distance {distance:.3f} (two real samples: {ours['distance_held_out']:.3f})"
+        if math.isfinite(distance) else "no label distance", **size)
+    check = outcome.value(kind, "labels/check")
+    floor = config.classifier_min_qwk if grade else config.classifier_min_auroc
+    if not (math.isfinite(check) and check >= floor):
+        measure = "held-out QWK" if grade else "held-out macro AUROC"
+        return instrument_failed(claim, "DR classifier" if grade else "findings classifier",
+                                 f"{measure} {check:.3f} < {floor:g}")
+    return claim

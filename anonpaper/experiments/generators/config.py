@@ -52,13 +52,13 @@ class Config(ChapterConfig):
     cxr_sg2_config: str = parameter("sg2-tiny", "StyleGAN2 config of the chest X-ray generator, made grayscale "
                                                 "(paper: sg2-gmia256).")
     fundus_sg3t_kimg: float = parameter(16.0, "Thousands of real images shown to the fundus StyleGAN3-T (the "
-                                              "papers: thousands of kimg; quick: about 20 CPU-s/kimg at 64 px, ~6 "
-                                              "min; it draws no vessels yet, nor after 30 kimg).")
+                                              "papers: thousands of kimg; quick: about 12.5 s/kimg on 2 CPU threads "
+                                              "at 64 px, ~3.5 min; it draws no vessels yet, nor after 30 kimg).")
     fundus_sg2_kimg: float = parameter(40.0, "Thousands of real images shown to the fundus StyleGAN2 (quick: about "
-                                             "14 CPU-s/kimg at 64 px, ~10 min; the vessel segmenter finds about 2 % "
-                                             "vessel pixels in its images after 20 kimg, 3 % after 40, real: 3.6 %).")
+                                             "9.5 s/kimg on 2 CPU threads at 64 px, ~6.5 min; the vessel segmenter "
+                                             "finds 1.7 % vessel pixels in its images after 40 kimg, real: 3.6 %).")
     cxr_sg2_kimg: float = parameter(20.0, "Thousands of real images shown to the chest X-ray StyleGAN2 (quick: "
-                                          "about 9 CPU-s/kimg at 32 px, ~3-5 min).")
+                                          "about 5 s/kimg on 2 CPU threads at 32 px, ~2 min).")
     batch_size: int = parameter(8, "Images per training step (the papers: 32-64).")
     augment: str = parameter("diffaugment", "Discriminator augmentation for small sets: 'none', 'diffaugment' or "
                                             "'ada'.")
@@ -73,6 +73,18 @@ class Config(ChapterConfig):
                                           "give the features and the vessel fraction.")
     segmenter_min_dice: float = parameter(0.5, "Below this validation Dice the segmenter is not trusted and the "
                                                "claims that rest on it are undecided.")
+    classifier_backbone: str = parameter("small_cnn", "Backbone of the cohort label classifiers that read the DR "
+                                                      "grade of fundus images and the findings of chest X-rays, "
+                                                      "real and generated (anonpaper.models.classifiers).")
+    classifier_epochs: int = parameter(20, "Epochs of the cohort label classifiers (trained from scratch on the real "
+                                           "training images, cached).")
+    classifier_min_qwk: float = parameter(0.4, "Below this held-out quadratic-weighted kappa the DR classifier is "
+                                               "not trusted and the fundus label claims are undecided.")
+    classifier_min_auroc: float = parameter(0.7, "Below this held-out macro AUROC the findings classifier is not "
+                                                 "trusted and the chest X-ray label claim is undecided.")
+    label_tolerance: float = parameter(0.15, "Largest label distance (DR grades: total variation; findings: mean "
+                                             "absolute prevalence difference) between generated and real images "
+                                             "for the label claim to hold.")
     weights_dir: str | None = parameter("weights", "Folder of shipped generator weights (relative to the project "
                                                    "root; None: never use shipped weights).")
     train_if_weights_refused: bool = parameter(False, "Train instead of stopping when a shipped weights file is "
@@ -105,6 +117,14 @@ class Config(ChapterConfig):
              f"SEGMENTER_EPOCHS must be a positive integer, got {self.segmenter_epochs!r}"),
             (0.0 <= self.segmenter_min_dice <= 1.0,
              f"SEGMENTER_MIN_DICE must lie in [0, 1], got {self.segmenter_min_dice!r}"),
+            (isinstance(self.classifier_epochs, int) and self.classifier_epochs >= 1,
+             f"CLASSIFIER_EPOCHS must be a positive integer, got {self.classifier_epochs!r}"),
+            (isinstance(self.classifier_min_qwk, (int, float)) and -1.0 <= self.classifier_min_qwk <= 1.0,
+             f"CLASSIFIER_MIN_QWK must lie in [-1, 1], got {self.classifier_min_qwk!r}"),
+            (isinstance(self.classifier_min_auroc, (int, float)) and 0.0 <= self.classifier_min_auroc <= 1.0,
+             f"CLASSIFIER_MIN_AUROC must lie in [0, 1], got {self.classifier_min_auroc!r}"),
+            (isinstance(self.label_tolerance, (int, float)) and 0.0 < self.label_tolerance <= 1.0,
+             f"LABEL_TOLERANCE must lie in (0, 1], got {self.label_tolerance!r}"),
         ]
         for kind, (_, config_field, kimg_field, _) in KINDS.items():
             name, kimg = getattr(self, config_field), getattr(self, kimg_field)
@@ -114,6 +134,10 @@ class Config(ChapterConfig):
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        from anonpaper.models.classifiers import CLASSIFIER_NAMES
+
+        if self.classifier_backbone not in CLASSIFIER_NAMES:
+            raise ValueError(f"CLASSIFIER_BACKBONE must be one of {CLASSIFIER_NAMES}, got {self.classifier_backbone!r}")
         check_data_parameters(self)
         for kind in KINDS:
             architecture = self.stylegan_config(kind).architecture

@@ -31,7 +31,7 @@ from anonpaper.experiments.generators.config import KINDS, PHANTOM_FUNDUS, Confi
 from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights
 from anonpaper.metrics.distribution import frechet_distance, kernel_inception_distance, knn_precision_recall, swd
 from anonpaper.metrics.identity import vessel_bifurcations
-from anonpaper.metrics.quality import psnr, ssim
+from anonpaper.metrics.quality import domain_lpips, psnr, ssim
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGenerator, project, to_unit_range
 from anonpaper.runtime import cache_dir, derive_seed, get_device
 from anonpaper.train.gan import GANTrainingConfig, train_gan
@@ -295,6 +295,8 @@ class Outcome:
             ``"projected_w"``, ``"projected_wplus"``.
         segmenters: dataset -> {"mask", "val_dice", "check"} of the cohort-trained U-Nets.
         seconds: Wall seconds of :func:`run`.
+        classifiers: dataset -> its cohort's
+            :class:`~anonpaper.experiments.generators.labels.LabelClassifier` (absent: no label to read).
     """
 
     config: Config
@@ -303,6 +305,7 @@ class Outcome:
     samples: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     segmenters: dict[str, dict] = field(default_factory=dict)
     seconds: float = 0.0
+    classifiers: dict[str, Any] = field(default_factory=dict)
 
     def value(self, kind: str, metric: str) -> float:
         rows = self.metrics[(self.metrics["kind"] == kind) & (self.metrics["metric"] == metric)]
@@ -421,8 +424,10 @@ def _segmenter(dataset: str, config: Config, progress: bool):
     return model.model, {"mask": mask, "val_dice": dice, "check": check, "trained_on": cohort.name}
 
 
-def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: str) -> tuple[list[dict], dict]:
-    """Metric rows and sample arrays of one generator (see :class:`Outcome`)."""
+def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: str,
+             labels=None) -> tuple[list[dict], dict]:
+    """Metric rows and sample arrays of one generator (see :class:`Outcome`); ``labels``, a
+    :class:`~anonpaper.experiments.generators.labels.LabelClassifier` of its cohort, adds the label rows."""
     kind, generator = trained.kind, trained.generator
     real_all = _as_float(load_images(kind, config))
     count = min(config.eval_images, len(real_all))
@@ -434,8 +439,9 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
                          count, seed)
     extractor = f"FD-{mask_name}-unet"
     side, cohort_side = config.image_size_of(kind), config.cohort_size_of(kind)
-    features = {name: unet_features(segmenter, to_cohort_size(images, config, kind)) for name, images in
-                (("real", real), ("generated", fake), ("untrained", untrained))}
+    at_cohort_size = {name: to_cohort_size(images, config, kind) for name, images in
+                      (("real", real), ("generated", fake), ("untrained", untrained))}
+    features = {name: unet_features(segmenter, images) for name, images in at_cohort_size.items()}
     rows = []
 
     def add(metric: str, value: float, protocol: str) -> None:
@@ -456,8 +462,7 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
     add("recall", recall, pooled + "; k-NN manifold (k=3, Kynkaanniemi et al. 2019)")
     if side >= 16:
         add("SWD", swd(real, fake, seed=config.seed).value, "Laplacian-pyramid 7x7 descriptors, x1e3 (progressive GAN)")
-    masks = {name: segment(segmenter, to_cohort_size(images, config, kind)) >= 0.5
-             for name, images in (("real", real), ("generated", fake))}
+    masks = {name: segment(segmenter, at_cohort_size[name]) >= 0.5 for name in ("real", "generated")}
     for name, mask in masks.items():
         add(f"{mask_name}_fraction/{name}", float(mask.mean()), f"{mask_name} U-Net, threshold 0.5, all pixels")
     if KINDS[kind][0] == PHANTOM_FUNDUS:  # vessels form trees; lungs do not
@@ -471,6 +476,10 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
         add(f"{mask_name}_fraction/real_native", float((segment(segmenter, native) >= 0.5).mean()),
             f"{mask_name} U-Net on the same real images at the cohort's {cohort_side} px (not resampled)")
 
+    if labels is not None:
+        from anonpaper.experiments.generators.labels import label_rows
+
+        rows.extend(label_rows(kind, config, labels, real, fake))
     held_out = _as_float(load_images(kind, config, "test"))[: config.projector_images]
     samples = {"generated": fake[:16].numpy(), "real": real[:16].numpy(), "untrained": untrained[:8].numpy(),
                "truncation": np.stack([generate(generator, 6, seed, psi).numpy() for psi in TRUNCATIONS]),
@@ -484,6 +493,11 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
                         f"{result.distance_name} loss")
             add(f"projector_{label}/PSNR", psnr(reconstruction, held_out).item(), protocol + "; dB, data range 1")
             add(f"projector_{label}/SSIM", ssim(reconstruction, held_out).item(), protocol + "; Gaussian 11x11")
+            lpips = domain_lpips(to_cohort_size(reconstruction, config, kind), to_cohort_size(held_out, config, kind),
+                                 segmenter.forward_features)
+            add(f"projector_{label}/LPIPS-{mask_name}-unet", lpips.item(),
+                protocol + f"; domain LPIPS (paper 1) on the {mask_name} U-Net's 8 feature taps, in [0, 2], lower is "
+                           "closer")
             samples["projected_" + ("wplus" if space == "w+" else "w")] = reconstruction.numpy()
     add("kimg", trained.kimg, f"source: {trained.source}")
     add("train_s_per_kimg", trained.seconds_per_kimg, "wall seconds of training / kimg (NaN: not trained here)")
@@ -496,16 +510,22 @@ def run(config: Config, kinds: tuple[str, ...] | None = None, progress: bool = T
     kinds = tuple(kinds or KINDS)
     check_data(config)  # a missing or broken copy stops here, before any training
     generators = {kind: load_generator(kind, config, progress=progress) for kind in kinds}
-    segmenters, rows, samples = {}, [], {}
+    from anonpaper.experiments.generators.labels import label_classifier
+
+    segmenters, classifiers, rows, samples = {}, {}, [], {}
     for kind in kinds:
         dataset = KINDS[kind][0]
         if dataset not in segmenters:
             segmenters[dataset] = _segmenter(dataset, config, progress)
+            classifiers[dataset] = label_classifier(kind, config, backbone=config.classifier_backbone,
+                                                    epochs=config.classifier_epochs, device=config.device,
+                                                    progress=progress)
         model, info = segmenters[dataset]
-        kind_rows, samples[kind] = evaluate(generators[kind], config, model, info["mask"])
+        kind_rows, samples[kind] = evaluate(generators[kind], config, model, info["mask"], classifiers[dataset])
         rows.extend(kind_rows)
     return Outcome(config, generators, pd.DataFrame(rows), samples,
-                   {dataset: info for dataset, (_, info) in segmenters.items()}, time.perf_counter() - start)
+                   {dataset: info for dataset, (_, info) in segmenters.items()}, time.perf_counter() - start,
+                   {dataset: classifier for dataset, classifier in classifiers.items() if classifier is not None})
 
 
 def export_outcome(outcome: Outcome, directory: str | Path | None = None) -> list[Path]:

@@ -50,13 +50,14 @@ from anonpaper.data import load_cohort
 from anonpaper.experiments.generators import Config as GeneratorsConfig
 from anonpaper.experiments.generators import TrainedGenerator, load_generator
 from anonpaper.experiments.generators.config import PHANTOM_FUNDUS
+from anonpaper.experiments.generators.labels import label_classifier
 from anonpaper.experiments.generators.pipeline import (check_data, generate, kind_cohort, load_images, training_config,
                                                        unet_features, vessel_cohort)
 from anonpaper.methods.jacobian_edit import ChannelScores, contribution_scores, edit_channels, jvp_columns
 from anonpaper.methods.sspace_baselines import (LatentCoordinates, lowrank_directions, region_gram_matrices,
                                                 resefa_directions, step_for_image_change, stylespace_channels,
                                                 stylespace_direction, w_coordinates)
-from anonpaper.metrics.classification import accuracy, quadratic_weighted_kappa
+from anonpaper.metrics.classification import quadratic_weighted_kappa
 from anonpaper.metrics.distribution import frechet_distance, swd
 from anonpaper.metrics.identity import cross_pair_scores, fs_sift
 from anonpaper.metrics.lesion import rroi
@@ -82,9 +83,7 @@ LPIPS_WEIGHT, ADVERSARIAL_WEIGHT = 0.6, 0.4  # paper 1: L = 0.6 L_lpips + 0.4 L_
 EXUDATE_THRESHOLD = 0.5  # an image is labelled "hard exudates present" when any pixel's probability reaches it
 # The DR label a cohort carries -> its classes: the ICDR grade 0-4 (phantom, EyePACS, APTOS, BRSET) or ODIR-5K's
 # patient-level diabetes flag D (ODIR-5K has no grade).
-DR_LABELS = {"dr_grade": 5, "label_diabetes": 2}
 DR_CHECK = "held-out QWK against the true labels"  # the DR classifier's check row in the instruments table
-DR_HELD_OUT = 0.2  # share of training patients that check the DR classifier when no held-out split has labels
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -124,7 +123,7 @@ class Instruments:
         checks: One row per instrument: its held-out quality numbers.
         cohort_size: Side at which every instrument works (except the DR classifier).
         dr: DR classifier (images in [0, 1] at the generator's resolution -> logits), None without DR labels.
-        dr_classes: Its number of classes (:data:`DR_LABELS`).
+        dr_classes: Its number of classes (:data:`anonpaper.experiments.generators.labels.DR_LABELS`).
     """
 
     vessel: torch.nn.Module
@@ -181,110 +180,28 @@ def train_attacker(cohort, config, resolution: int, progress: bool = False) -> t
     return artifact["model"].eval(), {"val_rank1": artifact["val_rank1"]}
 
 
-def dr_label_column(table: pd.DataFrame) -> str | None:
-    """The DR label of a cohort table (the first of :data:`DR_LABELS` with a value), None without one."""
-    for column in DR_LABELS:
-        if column in table.columns and table[column].notna().any():
-            return column
-    return None
-
-
-@dataclass
-class DRSets:
-    """Labelled real images at the generator's resolution for the DR classifier.
-
-    Attributes:
-        train, val: ``(uint8 images (N, R, R, C), labels (N,))``; ``val`` selects the epoch (the training images
-            themselves when the cohort has no labelled validation split).
-        check: ``(images, labels, patients)`` held out of training: the test split's labelled images, else the
-            validation split's, else :data:`DR_HELD_OUT` of the training patients.
-        source: Where ``check`` comes from, in words.
-    """
-
-    train: tuple[np.ndarray, np.ndarray]
-    val: tuple[np.ndarray, np.ndarray]
-    check: tuple[np.ndarray, np.ndarray, np.ndarray]
-    source: str
-
-
-def dr_sets(cohort, column: str, generator_config: GeneratorsConfig, seed: int) -> DRSets:
-    """The DR classifier's training, selection and check images of ``cohort`` (labels from ``column``)."""
-    parts = {}
-    for split in ("train", "val", "test"):
-        table = cohort.split(split).table
-        keep = table[column].notna().to_numpy() if len(table) else np.zeros(0, bool)
-        if keep.any():
-            parts[split] = (load_images(FUNDUS_IMAGES, generator_config, split)[keep],
-                            table[column].to_numpy()[keep].astype(np.int64),
-                            table["patient_id"].astype(str).to_numpy()[keep])
-    if "train" not in parts:
-        raise ValueError(f"no training image of {cohort.name!r} has a {column!r} label")
-    train = parts["train"]
-    if "test" in parts:
-        check, source = parts["test"], "test split"
-    elif "val" in parts:
-        check, source = parts.pop("val"), "validation split"
-    else:
-        patients = np.unique(train[2])
-        held = np.random.default_rng(derive_seed(seed, "dr-held-out")).permutation(patients)[
-            : max(1, int(round(DR_HELD_OUT * len(patients))))]
-        rows = np.isin(train[2], held)
-        if rows.all():
-            raise ValueError(f"{cohort.name!r}: too few labelled training patients to hold some out for the DR check")
-        check, train = tuple(part[rows] for part in train), tuple(part[~rows] for part in train)
-        source = f"{DR_HELD_OUT:.0%} of the training patients, held out of training"
-    val = parts.get("val", train)
-    return DRSets(train[:2], val[:2], check, source)
-
-
 def train_dr_classifier(config, generator_config: GeneratorsConfig,
                         progress: bool = False) -> tuple[torch.nn.Module | None, dict]:
-    """The DR classifier of the lesion utility: a classifier from scratch on the real training images of the
-    generator's cohort at the generator's resolution (class-weighted focal loss, gamma 0.6, as paper 2's DR model),
-    cached. Its check: quadratic-weighted kappa (with a patient-bootstrap SE) and accuracy on held-out real images
-    (:class:`DRSets`).
+    """The DR classifier of the lesion utility: the generators chapter's cohort DR classifier
+    (:func:`anonpaper.experiments.generators.labels.label_classifier`: from scratch on the real training images of
+    the generator's cohort at the generator's resolution, class-weighted focal loss, gamma 0.6, as paper 2's DR
+    model; cached), with this chapter's backbone, epochs and seed. Its check: quadratic-weighted kappa (with a
+    patient-bootstrap SE) and accuracy on held-out real images.
 
     Returns:
         ``(model or None, info)``; info: ``column``, ``classes``, ``qwk``, ``qwk_se``, ``accuracy``, ``n``,
         ``source``; the model is None (and ``source`` says why) when the cohort has no DR label.
     """
-    from anonpaper.models.classifiers import build_classifier
-    from anonpaper.train.classifier import predict_proba, train_classifier
-    from anonpaper.train.loop import TrainSettings
-
-    cohort = kind_cohort(FUNDUS_IMAGES, generator_config)
-    column = dr_label_column(cohort.table)
-    if column is None:
+    classifier = label_classifier(FUNDUS_IMAGES, generator_config, backbone=config.dr_backbone,
+                                  epochs=config.dr_epochs, seed=config.seed, device=config.device, progress=progress)
+    if classifier is None:
+        cohort = kind_cohort(FUNDUS_IMAGES, generator_config)
         return None, {"column": "", "classes": 0, "qwk": float("nan"), "qwk_se": float("nan"),
                       "accuracy": float("nan"), "n": 0, "source": f"{cohort.name} has no DR label"}
-    classes = DR_LABELS[column]
-    description = {"cohort": cohort_description(cohort), "column": column, "resolution": generator_config.image_size,
-                   "backbone": config.dr_backbone, "epochs": config.dr_epochs, "seed": config.seed,
-                   "bootstrap": config.bootstrap}
-
-    def build() -> dict:
-        sets = dr_sets(cohort, column, generator_config, config.seed)
-        torch.manual_seed(derive_seed(config.seed, "dr-init"))
-        model = build_classifier(config.dr_backbone, int(cohort.channels), classes)
-        settings = TrainSettings(epochs=config.dr_epochs, batch_size=int(min(32, max(2, len(sets.train[1])))),
-                                 lr=1e-3, lr_schedule="cosine", seed=derive_seed(config.seed, "dr"),
-                                 device=config.device or get_device(), progress=progress)
-        trained = train_classifier(model, sets.train, sets.val, settings, loss="focal", focal_gamma=0.6).model
-        trained = trained.cpu().eval()
-        images, truth, patients = sets.check
-        predicted = predict_proba(trained, images).argmax(1)
-
-        def kappa(first: np.ndarray, second: np.ndarray) -> float:
-            return quadratic_weighted_kappa(first, second, classes)
-
-        return {"model": trained, "qwk": kappa(truth, predicted),
-                "qwk_se": patient_bootstrap_se(truth, predicted, patients, kappa, config.bootstrap,
-                                               derive_seed(config.seed, "dr-check")),
-                "accuracy": accuracy(truth, predicted), "n": int(len(truth)), "source": sets.source}
-
-    artifact = ArtifactCache("vascular-dr-classifier").get_or_create(description, build)
-    info = {key: artifact[key] for key in ("qwk", "qwk_se", "accuracy", "n", "source")}
-    return artifact["model"].eval(), {"column": column, "classes": classes, **info}
+    check = classifier.check(config.bootstrap, derive_seed(config.seed, "dr-check"))
+    return classifier.model, {"column": classifier.column, "classes": len(classifier.names), "qwk": check["value"],
+                              "qwk_se": check["value_se"], "accuracy": check["accuracy"], "n": check["n"],
+                              "source": classifier.source}
 
 
 def load_instruments(config, generator_config: GeneratorsConfig, progress: bool = False) -> Instruments:
