@@ -235,6 +235,25 @@ def test_local_style_loss_equals_brute_force_and_is_zero_on_copies():
         local_style_loss(synthetic, members[:, :4])
 
 
+def test_local_style_loss_gradient_is_identical_on_every_call_with_many_members():
+    # 40 members x 16 patches all matched to a few synthetic patches: advanced indexing's backward accumulated these
+    # repeats in a thread-dependent order and gave a different gradient on some calls.
+    rng = torch.Generator().manual_seed(7)
+    synthetic = patch_gram_matrices(torch.randn(1, 8, 16, 16, generator=rng), 4)[0]
+    members = patch_gram_matrices(torch.randn(40, 8, 16, 16, generator=rng), 4)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        gradients = []
+        for _ in range(30):
+            copy = synthetic.clone().requires_grad_(True)
+            local_style_loss(copy, members).backward()
+            gradients.append(copy.grad)
+    finally:
+        torch.set_num_threads(previous)
+    assert all(torch.equal(gradients[0], gradient) for gradient in gradients[1:])
+
+
 def test_content_loss_matches_closed_forms():
     rng = torch.Generator().manual_seed(6)
     synthetic = torch.randn(1, 5, 3, 3, generator=rng, dtype=torch.float64)

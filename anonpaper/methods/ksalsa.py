@@ -365,7 +365,12 @@ def local_style_loss(synthetic_grams: torch.Tensor, member_grams: torch.Tensor) 
     with torch.no_grad():
         similarity = F.normalize(members, dim=2) @ F.normalize(synthetic, dim=1).T  # (M, P_member, P_synthetic)
         matched = similarity.argmax(dim=2)  # first maximum on ties
-    return (synthetic[matched] - members).square().sum(dim=2).mean()
+    # index_select, not synthetic[matched]: the backward of advanced indexing accumulates the many repeated indices
+    # in parallel on CPU, in an order that changes from run to run (k >= 10 gave different releases on each run);
+    # index_select's backward (index_add_) adds them in index order, and gives the same values where the former was
+    # stable.
+    gathered = synthetic.index_select(0, matched.flatten()).view(*matched.shape, -1)
+    return (gathered - members).square().sum(dim=2).mean()
 
 
 def content_loss(synthetic_features: torch.Tensor, member_features: torch.Tensor,
