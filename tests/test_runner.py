@@ -45,6 +45,26 @@ def test_record_schema_and_contents(fixture_project):
     assert outcome.notebook_path.is_file()
 
 
+def test_a_run_on_a_busy_machine_says_its_seconds_are_not_comparable(fixture_project, monkeypatch):
+    import anonpaper.runner.execute as execute
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(execute, "busy_cores", lambda: 1.6)
+    monkeypatch.setattr(execute.os, "cpu_count", lambda: 2)
+    messages = []
+    outcome = run_study(load_registry(fixture_project), "fixture_a", "smoke", log=messages.append,
+                        progress_bar=False)
+    assert outcome.ok and any("keeps 1.6 of 2 cores busy" in message for message in messages)
+    monkeypatch.setattr(execute, "busy_cores", lambda: 0.1)
+    messages.clear()
+    run_study(load_registry(fixture_project), "fixture_a", "smoke", force=True, log=messages.append,
+              progress_bar=False)
+    assert not any("cores busy" in message for message in messages)
+    monkeypatch.undo()
+    busy = execute.busy_cores(0.05)
+    assert busy is None or 0.0 <= busy <= os.cpu_count()
+
+
 def test_skip_when_unchanged_and_rerun_on_change(fixture_project):
     registry = load_registry(fixture_project)
     first = run_study(registry, "fixture_a", "smoke", log=_quiet, progress_bar=False)

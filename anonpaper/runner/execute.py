@@ -160,6 +160,62 @@ def record_is_current(record_path: Path, expected_fingerprint: str) -> bool:
             and not results_from_older_code(record, package_source_hash()))
 
 
+def busy_cores(interval: float = 0.5) -> float | None:
+    """Cores kept busy over the next ``interval`` seconds by whatever runs on the machine (Linux ``/proc/stat``),
+    None where that cannot be read. Measured now, not as a load average, which still counts a chapter that has just
+    ended."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as stream:
+            fields = [int(value) for value in stream.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields[:8]), idle
+
+    try:
+        total_before, idle_before = sample()
+        time.sleep(interval)
+        total_after, idle_after = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    elapsed = total_after - total_before
+    if elapsed <= 0:
+        return None
+    return (1.0 - (idle_after - idle_before) / elapsed) * (os.cpu_count() or 1)
+
+
+def busy_cpu_warning(busy: float | None = None, cores: int | None = None, threads: str | None = None) -> str:
+    """A warning when another process keeps a core busy that this run's PyTorch threads would share, else ``""``.
+
+    PyTorch's OpenMP threads spin-wait at their barriers; when another busy process holds one of the cores they
+    spin on, every parallel operation waits for a descheduled thread. On the 2-core machine a 2-thread 3x3
+    convolution took 2.4 ms beside one busy single-thread process against 0.34 ms alone (``OMP_WAIT_POLICY=PASSIVE``
+    avoids that but halves the idle speed of the small StyleGANs, so it is not the default).
+
+    Args:
+        busy: Busy cores (default: :func:`busy_cores`, measured before the run starts).
+        cores: CPU cores (default: ``os.cpu_count()``).
+        threads: ``OMP_NUM_THREADS`` (None: the environment's; "": unset); a run limited to fewer threads than cores
+            is not warned about.
+
+    Example:
+        >>> busy_cpu_warning(busy=0.1, cores=2, threads="")
+        ''
+        >>> busy_cpu_warning(busy=1.0, cores=2, threads="")[:41]
+        'another process keeps 1.0 of 2 cores busy'
+        >>> busy_cpu_warning(busy=1.0, cores=2, threads="1")
+        ''
+    """
+    cores = cores or os.cpu_count() or 1
+    threads = os.environ.get("OMP_NUM_THREADS") if threads is None else threads
+    if threads and threads.isdigit() and int(threads) < cores:
+        return ""
+    busy = busy_cores() if busy is None else busy
+    if busy is None or busy < 0.5:
+        return ""
+    return (f"another process keeps {busy:.1f} of {cores} cores busy. PyTorch's threads spin-wait when they share "
+            "cores with it, so this run may take several times longer and its seconds are not comparable; let the "
+            "other work finish first, or give each process fewer threads than cores (OMP_NUM_THREADS=1).")
+
+
 def run_study(registry: Registry, name: str, profile: str, overrides: dict[str, Any] | None = None,
               force: bool = False, runs_dir: Path | None = None, log: Callable[[str], None] = print,
               progress_bar: bool = True) -> RunOutcome:
@@ -198,6 +254,9 @@ def run_study(registry: Registry, name: str, profile: str, overrides: dict[str, 
                  # Figures must reach the executed notebook as image outputs, whatever the caller's backend.
                  "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
     log(f"{study.name} [{profile}]: executing {study.notebook.name} -> {notebook_path}")
+    warning = busy_cpu_warning()
+    if warning:
+        log(f"{study.name} [{profile}]: {warning}")
     error_text = None
     try:
         with _environment(variables):
