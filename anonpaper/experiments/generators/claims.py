@@ -115,7 +115,7 @@ def _label_claim(outcome: Outcome, kind: str, classifier, size: dict) -> Claim:
     claim = decide(
         f"{kind}-labels", f"{kind}: the {what} the cohort's classifier reads off generated images lie within "
                           f"{config.label_tolerance:g} of those it reads off real images "
-                          f"({'total variation' if grade else 'mean absolute prevalence difference'})",
+                          f"({classifier.distance_name})",
         paper="generated images keep the disease labels (k-SALSA and GMIA train classifiers on synthetic images)",
         ours=ours, holds=bool(distance <= config.label_tolerance) if math.isfinite(distance) else None,
         reason=f"distance {distance:.3f} (two real samples: {ours['distance_held_out']:.3f})"
@@ -124,6 +124,5 @@ def _label_claim(outcome: Outcome, kind: str, classifier, size: dict) -> Claim:
     floor = config.classifier_min_qwk if grade else config.classifier_min_auroc
     if not (math.isfinite(check) and check >= floor):
         measure = "held-out QWK" if grade else "held-out macro AUROC"
-        return instrument_failed(claim, "DR classifier" if grade else "findings classifier",
-                                 f"{measure} {check:.3f} < {floor:g}")
+        return instrument_failed(claim, classifier.instrument, f"{measure} {check:.3f} < {floor:g}")
     return claim

@@ -122,6 +122,16 @@ class LabelClassifier:
     source: str
 
     @property
+    def instrument(self) -> str:
+        """The classifier, in words."""
+        return "DR classifier" if self.task == "grade" else "findings classifier"
+
+    @property
+    def distance_name(self) -> str:
+        """What :meth:`distance` measures, in words."""
+        return "total variation" if self.task == "grade" else "mean absolute prevalence difference"
+
+    @property
     def check_name(self) -> str:
         """What the check measures, in words."""
         return ("held-out QWK against the true labels" if self.task == "grade"
@@ -149,24 +159,21 @@ class LabelClassifier:
         hits = (scores >= FINDING_THRESHOLD) == truth.astype(bool)
         return {"value": value, "value_se": se, "accuracy": float(hits.mean()), "n": int(len(truth))}
 
-    @torch.no_grad()
-    def probabilities(self, images: torch.Tensor, batch_size: int = 64) -> np.ndarray:
-        """Probabilities (N, K) of float images (N, C, H, W) in [0, 1]."""
-        if self.task == "grade":
-            from anonpaper.train.classifier import predict_proba
+    def probabilities(self, images, batch_size: int = 64) -> np.ndarray:
+        """Probabilities (N, K) of images (uint8 (N, H, W[, C]) or float (N, C, H, W) in [0, 1])."""
+        return _probabilities(self.model, self.task, images, batch_size)
 
-            return np.asarray(predict_proba(self.model, images.float(), batch_size=batch_size), dtype=np.float64)
-        parts = [self.model(images[start:start + batch_size].float()).sigmoid()
-                 for start in range(0, len(images), batch_size)]
-        return torch.cat(parts).double().numpy() if parts else np.zeros((0, len(self.names)))
-
-    def label_shares(self, images: torch.Tensor) -> np.ndarray:
-        """What the classifier reads off ``images`` (N, C, H, W) in [0, 1]: the share of images given each class
-        (grade: argmax; sums to 1) or each finding (probability >= :data:`FINDING_THRESHOLD`), shape (K,)."""
-        probabilities = self.probabilities(images)
+    def shares(self, probabilities: np.ndarray) -> np.ndarray:
+        """The share of images given each class (grade: argmax; sums to 1) or each finding (probability >=
+        :data:`FINDING_THRESHOLD`), shape (K,), from their probabilities (N, K)."""
         if self.task == "grade":
             return np.bincount(probabilities.argmax(1), minlength=len(self.names)) / max(len(probabilities), 1)
         return (probabilities >= FINDING_THRESHOLD).mean(0)
+
+    def label_shares(self, images: torch.Tensor) -> np.ndarray:
+        """What the classifier reads off ``images`` (N, C, H, W) in [0, 1]: :meth:`shares` of their
+        probabilities."""
+        return self.shares(self.probabilities(images))
 
     def true_shares(self, labels: np.ndarray) -> np.ndarray:
         """The same shares (K,) from true labels (N,) or (N, K)."""
@@ -187,6 +194,18 @@ class LabelClassifier:
         """
         difference = np.abs(np.asarray(first, float) - np.asarray(second, float))
         return round(float(difference.sum() / 2 if self.task == "grade" else difference.mean()), 12)
+
+
+def _probabilities(model: torch.nn.Module, task: str, images, batch_size: int = 64) -> np.ndarray:
+    """float64 probabilities (N, K) of a label classifier on images (uint8 (N, H, W[, C]) or float (N, C, H, W) in
+    [0, 1]): softmax over grades, sigmoid per finding."""
+    from anonpaper.train.classifier import predict_proba
+    from anonpaper.train.loop import as_image_tensor, batched_forward
+
+    if task == "grade":
+        return np.asarray(predict_proba(model, images, batch_size=batch_size), dtype=np.float64)
+    logits = batched_forward(model, as_image_tensor(images), batch_size, torch.device("cpu"))
+    return logits.sigmoid().double().numpy()
 
 
 def label_columns(kind: str, cohort) -> tuple[str, list[str], tuple[str, ...]] | None:
@@ -218,7 +237,7 @@ def label_classifier(kind: str, config: Config, *, backbone: str, epochs: int, s
         The :class:`LabelClassifier`, or None when the cohort has no label to read.
     """
     from anonpaper.models.classifiers import build_classifier
-    from anonpaper.train.classifier import predict_proba, train_classifier
+    from anonpaper.train.classifier import train_classifier
     from anonpaper.train.loop import TrainSettings
     from anonpaper.train.multilabel import train_multilabel_classifier
 
@@ -242,16 +261,14 @@ def label_classifier(kind: str, config: Config, *, backbone: str, epochs: int, s
                                      seed=derive_seed(seed, "dr"), device=device or get_device(), progress=progress)
             trained = train_classifier(model, sets.train, sets.val, settings, loss="focal", focal_gamma=0.6).model
             trained = trained.cpu().eval()
-            scores = predict_proba(trained, sets.check[0])
+            scores = _probabilities(trained, task, sets.check[0])
         else:
             torch.manual_seed(derive_seed(seed, "findings-init"))
             model = build_classifier(backbone, channels, len(names))
             settings = TrainSettings(epochs=epochs, batch_size=batch, seed=derive_seed(seed, "findings"),
                                      device=device or get_device(), progress=progress)
             trained = train_multilabel_classifier(model, sets.train, settings, val=sets.val).model.cpu().eval()
-            images = torch.from_numpy(sets.check[0]).float() / 255.0
-            images = images[:, None] if images.ndim == 3 else images.permute(0, 3, 1, 2)
-            scores = LabelClassifier(trained, task, names, "", *(np.zeros(0),) * 3, "").probabilities(images)
+            scores = _probabilities(trained, task, sets.check[0])
         return {"model": trained, "truth": sets.check[1], "scores": np.asarray(scores, dtype=np.float64),
                 "patients": sets.check[2], "source": sets.source}
 
@@ -277,12 +294,10 @@ def label_rows(kind: str, config: Config, classifier: LabelClassifier, real: tor
     and the distances generated-vs-real (``labels/distance``) and held-out-vs-real (``labels/distance/held_out``:
     how far two samples of real images already lie apart)."""
     check = classifier.check()
-    held_out = (np.bincount(classifier.check_scores.argmax(1), minlength=len(classifier.names))
-                / max(len(classifier.check_scores), 1) if classifier.task == "grade"
-                else (classifier.check_scores >= FINDING_THRESHOLD).mean(0))
+    held_out = classifier.shares(classifier.check_scores)
     shares = {"true": classifier.true_shares(training_labels(kind, config, classifier)),
               "real": classifier.label_shares(real), "generated": classifier.label_shares(generated)}
-    what = "DR classifier" if classifier.task == "grade" else "findings classifier"
+    what = classifier.instrument
     how = ("share of images whose most probable class it is" if classifier.task == "grade"
            else f"share of images with probability >= {FINDING_THRESHOLD}")
     rows = [{"kind": kind, "metric": "labels/check", "value": check["value"],
@@ -296,7 +311,7 @@ def label_rows(kind: str, config: Config, classifier: LabelClassifier, real: tor
         for source, values in shares.items():
             rows.append({"kind": kind, "metric": f"labels/{name}/{source}", "value": float(values[index]),
                          "protocol": f"{sources[source]}; {how}"})
-    metric = "total variation" if classifier.task == "grade" else "mean absolute prevalence difference"
+    metric = classifier.distance_name
     rows.append({"kind": kind, "metric": "labels/distance", "value": classifier.distance(shares["generated"],
                                                                                        shares["real"]),
                  "protocol": f"{metric} between the labels read off generated and real images"})
