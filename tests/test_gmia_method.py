@@ -95,10 +95,26 @@ def test_anonymize_outputs_batch_invariance_and_untouched_networks(networks):
     torch.testing.assert_close(together.total_loss, together.identity_loss + together.utility_loss)
     torch.testing.assert_close(together.initial_ws, encoder(to_signed_range(images)).detach())
     assert bool((together.ws[:, 0] == together.ws[:, -1]).all())  # W space: one w per image
-    # Each image's trajectory does not depend on the others in its batch.
+    # Each image's trajectory does not depend on the others in its batch. Exact where the arithmetic is the same:
+    # the same batch size with other companions runs the same kernels, so image 0's trajectory is bit-identical.
+    companions = images.clone()
+    companions[1:] = torch.rand(2, 1, 32, 32, generator=torch.Generator().manual_seed(5))
+    swapped = anonymize(encoder, generator, companions, identity, utility.forward_features, _settings(batch_size=3))
+    assert torch.equal(swapped.ws[0], together.ws[0]) and torch.equal(swapped.cosine[0], together.cosine[0])
+    # Across batch sizes the CPU kernels differ (oneDNN picks another convolution for a batch of 1 than of 3, and
+    # rounds differently, e.g. capped at AVX2), and Adam's normalised steps turn float32 rounding in near-zero
+    # gradients into learning-rate-sized moves over 12 steps. So compare what does not go through the optimiser:
+    # the starting cosine (one forward pass) to float32 accumulation tolerance, and a one-step trajectory.
     alone = anonymize(encoder, generator, images, identity, utility.forward_features, _settings(batch_size=1))
-    torch.testing.assert_close(alone.ws, together.ws, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(alone.cosine, together.cosine, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(alone.initial_ws, together.initial_ws, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(alone.cosine[:, 0], together.cosine[:, 0], atol=1e-5, rtol=1e-4)
+    one_step_alone = anonymize(encoder, generator, images, identity, utility.forward_features,
+                               _settings(batch_size=1, steps=1))
+    one_step_together = anonymize(encoder, generator, images, identity, utility.forward_features,
+                                  _settings(batch_size=3, steps=1))
+    # Adam's first step is lr * g / (|g| + eps): a relative gradient error of float32 rounding (~1e-6) moves it by
+    # about lr * 1e-6; 1e-4 leaves room for coordinates whose gradient is near eps (measured: 5e-7 capped at AVX2).
+    torch.testing.assert_close(one_step_alone.ws, one_step_together.ws, atol=1e-4, rtol=0)
     # Networks: weights, running statistics, mode and requires_grad as before.
     assert identity.training and all(p.requires_grad for p in identity.parameters())
     assert all(torch.equal(before[name], value) for name, value in identity.state_dict().items())

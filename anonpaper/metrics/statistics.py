@@ -3,12 +3,14 @@
 Images of one patient are correlated, so standard errors resample whole patients (:func:`patient_bootstrap_se`);
 a score averaged over networks trained with several seeds adds the seed spread to that error
 (:func:`combine_seeds`).
-A claim compares numbers with their noise through :func:`sequence_falls` and :func:`beyond_noise`, both at
-``z`` combined standard errors (the chapters use :data:`anonpaper.experiments.claims.DECISION_Z` = 2).
+A claim is decided by one rule, :func:`rule_verdict`, from an effect, its standard error and (for retention and
+equivalence claims) a margin fixed before the run, at ``z`` standard errors (the chapters use
+:data:`anonpaper.experiments.claims.DECISION_Z` = 2); :func:`difference_se` combines independent errors.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -128,3 +130,109 @@ def sequence_falls(values: list[float], errors: list[float], z: float = 2.0) -> 
     if drop > z * np.hypot(errors[0], errors[-1]):
         return True
     return None
+
+
+RULES = ("directional", "retention", "equivalence")
+
+
+def difference_se(*errors: float) -> float:
+    """Standard error of a sum or difference of independent estimates: ``sqrt(sum(se^2))``.
+
+    >>> round(difference_se(0.03, 0.04), 3)
+    0.05
+    """
+    return float(np.sqrt(np.sum(np.square(np.asarray(errors, dtype=np.float64)))))
+
+
+def rule_verdict(rule: str, effect: float, se: float, *, z: float, margin: float | None = None) -> bool | None:
+    """The one decision rule of every claim: True (holds), False (does not hold) or None (undecided).
+
+    Conventions, so that anyone can recompute a verdict from a record's ``effect``, ``se``, ``z`` and ``margin``:
+
+    - ``"directional"`` ("A lowers B", "X beats Y"): ``effect`` is signed so that positive is the paper's
+      direction. Holds iff ``effect > z * se``; does not hold iff ``effect < -z * se``.
+    - ``"retention"`` ("keeps utility", "non-inferior"): ``effect`` is signed so that negative is a loss and
+      ``margin > 0`` is the loss allowed, fixed before the run. Holds iff ``effect - z * se >= -margin``; does not
+      hold iff ``effect + z * se < -margin``.
+    - ``"equivalence"`` ("at chance", "unlinkable"): ``effect`` is the distance from the reference value (e.g.
+      ``AUC - 0.5``), ``margin > 0``. Holds iff ``|effect| + z * se <= margin``; does not hold iff
+      ``|effect| - z * se > margin``.
+
+    Otherwise, and whenever ``effect`` is not finite or ``se`` is not a finite positive number, undecided.
+
+    Args:
+        rule: One of :data:`RULES`.
+        effect: The measured effect, signed as above.
+        se: Its standard error (> 0).
+        z: Standard errors a decision needs.
+        margin: The allowed loss (retention) or distance (equivalence); unused by ``"directional"``.
+
+    Raises:
+        ValueError: On an unknown rule, a non-positive ``z``, or a missing or non-positive ``margin`` for a rule
+            that needs one.
+
+    Example:
+        >>> rule_verdict("directional", 0.10, 0.03, z=2), rule_verdict("directional", -0.10, 0.03, z=2)
+        (True, False)
+        >>> print(rule_verdict("directional", 0.05, 0.03, z=2))
+        None
+        >>> rule_verdict("retention", -0.01, 0.01, z=2, margin=0.05), rule_verdict("retention", -0.2, 0.05, z=2, margin=0.05)
+        (True, False)
+        >>> rule_verdict("equivalence", 0.01, 0.01, z=2, margin=0.05), rule_verdict("equivalence", -0.3, 0.05, z=2, margin=0.05)
+        (True, False)
+        >>> print(rule_verdict("directional", 0.5, 0.0, z=2))  # no noise estimate: cannot decide
+        None
+    """
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    if not (isinstance(z, (int, float)) and z > 0):
+        raise ValueError(f"z must be a positive number, got {z!r}")
+    if rule != "directional" and (margin is None or not math.isfinite(margin) or margin <= 0):
+        raise ValueError(f"a {rule} claim needs a margin > 0 fixed before the run, got {margin!r}")
+    try:
+        effect, se = float(effect), float(se)
+    except (TypeError, ValueError):
+        return None
+    if not (math.isfinite(effect) and math.isfinite(se) and se > 0):
+        return None
+    if rule == "directional":
+        return True if effect > z * se else False if effect < -z * se else None
+    if rule == "retention":
+        return True if effect - z * se >= -margin else False if effect + z * se < -margin else None
+    return True if abs(effect) + z * se <= margin else False if abs(effect) - z * se > margin else None
+
+
+def sequence_drop(values: list[float], errors: list[float]) -> tuple[float, float]:
+    """The drop of a score sequence from its first to its last value, with the SE of that difference.
+
+    For "B falls as the knob rises" claims decided by :func:`rule_verdict` (``"directional"``): the effect is
+    ``values[0] - values[-1]`` (positive = a fall) and its SE combines the two end points' errors.
+
+    >>> effect, se = sequence_drop([0.8, 0.7, 0.5], [0.03, 0.02, 0.04])
+    >>> round(effect, 3), round(se, 3)
+    (0.3, 0.05)
+    """
+    values, errors = np.asarray(values, float), np.asarray(errors, float)
+    if len(values) < 2 or len(values) != len(errors):
+        raise ValueError(f"need matching values and errors of length >= 2, got {len(values)} and {len(errors)}")
+    return float(values[0] - values[-1]), difference_se(errors[0], errors[-1])
+
+
+def resolution_se(se: float, n: int) -> float:
+    """A standard error no smaller than the resolution of a score measured on ``n`` items.
+
+    A bootstrap SE is 0 when the score sits at its bound on every resample (an AUROC or accuracy of exactly 1, every
+    pair separated), and the one rule cannot decide on an SE of 0. The smallest change such a score can register is
+    one item in ``n``; the standard deviation of rounding to a grid of step ``1 / n`` is ``1 / (n * sqrt(12))``,
+    used as the floor.
+
+    >>> resolution_se(0.0, 400) == 1 / (400 * 12 ** 0.5)
+    True
+    >>> resolution_se(0.03, 400)
+    0.03
+    """
+    if n < 1:
+        raise ValueError(f"n must be a positive count, got {n!r}")
+    floor = 1.0 / (n * math.sqrt(12.0))
+    return float(se) if math.isfinite(float(se)) and float(se) >= floor else (floor if math.isfinite(float(se))
+                                                                              else float("nan"))

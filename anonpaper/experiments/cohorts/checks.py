@@ -19,6 +19,7 @@ from anonpaper.data.cohort import Cohort
 from anonpaper.metrics.classification import accuracy, auroc, balanced_accuracy, macro_f1
 from anonpaper.metrics.identity import keypoint_similarity, match_fraction, sift_features, verification_auc
 from anonpaper.metrics import images_from_uint8
+from anonpaper.metrics.statistics import patient_bootstrap_se
 from anonpaper.runtime import get_device
 from anonpaper.train.loop import TrainSettings
 
@@ -65,7 +66,7 @@ def identity_matching(cohort: Cohort, n_pairs: int, seed: int = 0) -> dict:
 
     Returns:
         dict with ``auroc`` (the verified matcher; 1 = identity perfectly matchable, 0.5 = chance),
-        ``auroc_fs_sift``, ``n_same``, ``n_different``, mean scores of each kind for both matchers, and ``pairs``
+        ``auroc_fs_sift``, their standard errors ``auroc_se`` / ``auroc_fs_sift_se`` (:func:`_pair_auroc_se`), ``n_same``, ``n_different``, mean scores of each kind for both matchers, and ``pairs``
         (the DataFrame with ``score`` (verified) and ``fs_sift`` columns).
     """
     pairs = identity_pairs(cohort.table["patient_id"].to_numpy(), n_pairs, seed)
@@ -79,11 +80,27 @@ def identity_matching(cohort: Cohort, n_pairs: int, seed: int = 0) -> dict:
     pairs["fs_sift"] = [match_fraction(*one, *other) for one, other in zip(first_features, second_features)]
     same = pairs["same"].to_numpy()
     output = {"n_same": int(same.sum()), "n_different": int((~same).sum()), "pairs": pairs}
+    first_patients = cohort.table["patient_id"].to_numpy()[pairs["first"].to_numpy()]
     for key, column in (("", "score"), ("_fs_sift", "fs_sift")):
         output[f"auroc{key}"] = verification_auc(pairs[column].to_numpy(), same, higher_means_same=True)
+        output[f"auroc{key}_se"] = _pair_auroc_se(pairs[column].to_numpy(), same, first_patients, seed)
         output[f"mean_score_same{key}"] = float(pairs.loc[same, column].mean())
         output[f"mean_score_different{key}"] = float(pairs.loc[~same, column].mean())
     return output
+
+
+def _pair_auroc_se(scores: np.ndarray, same: np.ndarray, first_patients: np.ndarray, seed: int,
+                   resamples: int = 200) -> float:
+    """Standard error of a same-vs-different pair AUROC, resampling pairs clustered by their first image's patient
+    (pairs that share that patient move together)."""
+    positions = np.arange(len(scores))
+
+    def area(truth: np.ndarray, rows: np.ndarray) -> float:
+        if truth.all() or not truth.any():
+            return float("nan")
+        return verification_auc(scores[rows], truth, higher_means_same=True)
+
+    return patient_bootstrap_se(np.asarray(same), positions, np.asarray(first_patients), area, resamples, seed)
 
 
 def inpaint_vessels(images: np.ndarray, vessel_masks: np.ndarray, dilation: int = 1) -> np.ndarray:
@@ -110,7 +127,8 @@ def inpaint_vessels(images: np.ndarray, vessel_masks: np.ndarray, dilation: int 
 
 @dataclass
 class LearnabilityResult:
-    """Test-set performance of a classifier trained from scratch on one label."""
+    """Test-set performance of a classifier trained from scratch on one label, each score with its test-patient
+    bootstrap standard error (``*_se``)."""
 
     label: str
     accuracy: float
@@ -121,6 +139,10 @@ class LearnabilityResult:
     n_train: int
     n_test: int
     classes: list
+    accuracy_se: float = float("nan")
+    balanced_accuracy_se: float = float("nan")
+    macro_f1_se: float = float("nan")
+    auroc_se: float = float("nan")
 
     def as_dict(self) -> dict:
         return {key: value for key, value in self.__dict__.items() if key != "classes"}
@@ -130,7 +152,8 @@ def learnability(cohort: Cohort, label: str, *, backbone: str, epochs: int, batc
                  lr: float = 1e-3, seed: int = 0, split_column: str = "split", loss: str = "ce",
                  lr_schedule: str = "constant", augment: Callable[..., torch.Tensor] | None = None,
                  transform: Callable[[Cohort, np.ndarray], np.ndarray] | None = None,
-                 images: np.ndarray | None = None, progress: bool = False) -> LearnabilityResult:
+                 images: np.ndarray | None = None, progress: bool = False,
+                 bootstrap: int = 200) -> LearnabilityResult:
     """Train a classifier from scratch on ``label`` (train split, model selection on val) and test it.
 
     Args:
@@ -143,6 +166,7 @@ def learnability(cohort: Cohort, label: str, *, backbone: str, epochs: int, batc
             subjects).
         transform: Optional ``(cohort, images) -> images`` applied to every image first (e.g. vessel removal).
         images: Pre-loaded images of the whole cohort (N, H, W[, C]) uint8, to avoid rendering twice.
+        bootstrap: Test-patient bootstrap resamples of the standard errors (seeded with ``seed``).
 
     Returns:
         LearnabilityResult; ``chance`` is the majority-class rate of the test set (accuracy of a constant guess).
@@ -163,10 +187,11 @@ def learnability(cohort: Cohort, label: str, *, backbone: str, epochs: int, batc
         images = cohort.load_images()
     if transform is not None:
         images = transform(cohort, images)
-    parts = {}
+    parts, test_rows = {}, None
     for split in ("train", "val", "test"):
         rows = np.flatnonzero(keep & (table[split_column].to_numpy() == split))
         parts[split] = (images[rows], encoded[rows].astype(np.int64))
+        test_rows = rows if split == "test" else test_rows
     if min(len(parts[split][1]) for split in parts) == 0:
         raise ValueError(f"label {label!r}: a split of {split_column!r} is empty "
                          f"({ {split: len(part[1]) for split, part in parts.items()} })")
@@ -182,11 +207,24 @@ def learnability(cohort: Cohort, label: str, *, backbone: str, epochs: int, batc
     scores = probabilities[:, 1] if len(classes) == 2 else probabilities
     present = np.unique(truth)
     area = auroc(truth, scores) if len(present) == len(classes) else float("nan")
+    patients = table["patient_id"].to_numpy()[test_rows]
+    positions = np.arange(len(truth))  # bootstrap rows index the predictions, so AUROC can use the scores too
+
+    def error(metric: Callable[[np.ndarray, np.ndarray], float]) -> float:
+        return patient_bootstrap_se(truth, positions, patients, metric, bootstrap, seed)
+
+    def area_of(rows_truth: np.ndarray, rows: np.ndarray) -> float:
+        return auroc(rows_truth, scores[rows]) if len(np.unique(rows_truth)) == len(classes) else float("nan")
+
     return LearnabilityResult(label=label, accuracy=accuracy(truth, predicted),
                               balanced_accuracy=balanced_accuracy(truth, predicted),
                               macro_f1=macro_f1(truth, predicted),
                               auroc=area, chance=float(np.bincount(truth).max() / len(truth)),
-                              n_train=len(parts["train"][1]), n_test=len(truth), classes=classes)
+                              n_train=len(parts["train"][1]), n_test=len(truth), classes=classes,
+                              accuracy_se=error(lambda t, rows: accuracy(t, predicted[rows])),
+                              balanced_accuracy_se=error(lambda t, rows: balanced_accuracy(t, predicted[rows])),
+                              macro_f1_se=error(lambda t, rows: macro_f1(t, predicted[rows])),
+                              auroc_se=error(area_of))
 
 
 def verification_on_heldout_patients(cohort: Cohort, *, epochs: int, backbone: str = "small_cnn",
@@ -196,7 +234,7 @@ def verification_on_heldout_patients(cohort: Cohort, *, epochs: int, backbone: s
 
     Returns:
         dict with ``auroc`` (same vs different held-out patients, cosine similarity; 1 = perfect
-        re-identification), ``n_train_patients``, ``n_test_patients``, ``n_pairs``.
+        re-identification), its standard error ``auroc_se`` (:func:`_pair_auroc_se`), ``n_train_patients``, ``n_test_patients``, ``n_pairs``.
     """
     from anonpaper.models.embedding import EmbeddingNet
     from anonpaper.train.embedding import embed, train_embedding
@@ -213,6 +251,9 @@ def verification_on_heldout_patients(cohort: Cohort, *, epochs: int, backbone: s
     embeddings = embed(result.model, test.load_images())
     pairs = identity_pairs(test.table["patient_id"].to_numpy(), n_pairs, seed)
     similarity = np.sum(embeddings[pairs["first"]] * embeddings[pairs["second"]], axis=1)
-    return {"auroc": verification_auc(similarity, pairs["same"].to_numpy(), higher_means_same=True),
+    same = pairs["same"].to_numpy()
+    first_patients = test.table["patient_id"].to_numpy()[pairs["first"].to_numpy()]
+    return {"auroc": verification_auc(similarity, same, higher_means_same=True),
+            "auroc_se": _pair_auroc_se(similarity, same, first_patients, seed),
             "n_train_patients": int(train.table["patient_id"].nunique()),
             "n_test_patients": int(test.table["patient_id"].nunique()), "n_pairs": len(pairs)}

@@ -60,6 +60,11 @@ class Config(ChapterConfig):
     snow_mask_mode: str = parameter("per_channel", "Snow's selection: 'per_channel' (the paper: each RGB channel "
                                                    "draws its own pixels) or 'per_location'.")
     vs_window: int = parameter(5, "VS-Snow neighbourhood window side in pixels (odd).")
+    attacker_min_advantage: float = parameter(0.05, "The sex attacker's own check: its accuracy on original test "
+                                                    "images must beat the majority rate by this much (0.05 = 5 "
+                                                    "points), or the claims that it falls are undecided.")
+    dr_min_f1: float = parameter(0.4, "The DR classifier's own check: its macro-F1 on original test images must reach "
+                                      "this (three grades: chance is about 0.33), or the DR claims are undecided.")
     min_test_images: int = parameter(40, "Smallest test set (images) on which a claim is decided.")
     bootstrap: int = parameter(200, "Patient-clustered bootstrap resamples for standard errors.")
     device: str | None = parameter(None, "Device: None picks CUDA when available, else 'cpu' or 'cuda:N'.")
@@ -87,6 +92,9 @@ class Config(ChapterConfig):
              f"SEGMENTER_PATCH must be a positive multiple of 8, got {self.segmenter_patch!r}"),
             (self.segmenter_loss in ("bce", "bce+dice"),
              f"SEGMENTER_LOSS must be 'bce' or 'bce+dice', got {self.segmenter_loss!r}"),
+            (0.0 <= self.attacker_min_advantage < 1.0,
+             f"ATTACKER_MIN_ADVANTAGE must lie in [0, 1), got {self.attacker_min_advantage!r}"),
+            (0.0 <= self.dr_min_f1 <= 1.0, f"DR_MIN_F1 must lie in [0, 1], got {self.dr_min_f1!r}"),
             (0.0 <= self.segmenter_min_dice <= 1.0,
              f"SEGMENTER_MIN_DICE must lie in [0, 1], got {self.segmenter_min_dice!r}"),
             (self.vessel_source in ("segmenter", "ground_truth"),
