@@ -1,7 +1,11 @@
 """The ``anonpaper`` command.
 
-Subcommands: info, list, run, reproduce, book, publish (the study runner); cohort generate (write a cohort to disk);
-data check (validate a user's copy of a real dataset); anonymize (apply a method to a folder of images).
+Subcommands: info, list, run (``--dry-run``: time every trainer and project a profile's hours), reproduce, book,
+publish (the study runner); records check (recompute the verdicts of results records), records diff (compare two
+runs' records, with a tolerance); cohort generate (write a cohort to disk); data check (validate a user's copy of a
+real dataset); anonymize (apply a method to a folder of images); audit (attack a released folder and measure its
+utility against its originals); generators train / population (train a shared generator on its population, with
+checkpoints, evaluations and exported weights); generate (PNG samples from shipped weights).
 Exit codes: 0 success, 1 a run failed, 2 bad usage or input (unknown notebook, profile, parameter, dataset...).
 """
 
@@ -24,6 +28,17 @@ def _parse_value(text: str):
         return yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
 
 
 def _options(pairs: list[list[str]] | None) -> dict:
@@ -69,22 +84,33 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from anonpaper.runner.execute import run_study
     from anonpaper.runner.studies import load_registry
 
     registry = load_registry(args.project)
+    registry.check_profile(args.profile)  # a wrong name is refused before the runner's imports
+    registry.study(args.notebook)
+    if args.dry_run:
+        return _dry_run(args, registry)
+    if args.dry_run_out is not None:
+        raise UsageError("--dry-run-out needs --dry-run")
+    from anonpaper.runner.execute import run_study
+
     outcome = run_study(registry, args.notebook, args.profile, overrides=_options(args.param), force=args.force,
                         runs_dir=args.runs_dir)
     return 0 if outcome.ok else 1
 
 
 def _cmd_reproduce(args) -> int:
-    from anonpaper.runner.execute import reproduce
     from anonpaper.runner.studies import load_registry
 
     registry = load_registry(args.project)
+    registry.check_profile(args.profile)
+    for name in args.only or []:
+        registry.study(name)
+    from anonpaper.runner.execute import reproduce
+
     return reproduce(registry, args.profile, force=args.force, build=not args.no_book, runs_dir=args.runs_dir,
-                     only=args.only)
+                     only=args.only, jobs=args.jobs)
 
 
 def _cmd_book(args) -> int:
@@ -102,12 +128,144 @@ def _cmd_book(args) -> int:
 def _cmd_publish(args) -> int:
     from anonpaper.runner.book import publish_results
     from anonpaper.runner.studies import load_registry
+    from anonpaper.runtime import git_modified_files
 
     registry = load_registry(args.project)
+    registry.check_profile(args.profile)
+    modified = git_modified_files(registry.root)
+    if modified:
+        shown = ", ".join(modified[:20]) + (f" and {len(modified) - 20} more" if len(modified) > 20 else "")
+        raise UsageError(f"{registry.root} has uncommitted changes ({shown}); commit or revert them first, so that "
+                         f"the published results name the commit they were published from (nothing was published)")
     target = publish_results(registry, args.profile, runs_dir=args.runs_dir)
     print(f"published to {target}; commit it, and `make read` (or `anonpaper book --profile {args.profile} "
           f"--results`) builds the book from it")
     return 0
+
+
+def _dry_run(args, registry) -> int:
+    """``run NAME --dry-run``: time one step of every trainer of the chapter and print the projected hours."""
+    import json
+
+    from anonpaper.runner.dry_run import dry_run, format_report
+
+    if args.max_batch is not None and args.max_batch < 2:
+        raise UsageError(f"--max-batch must be at least 2, got {args.max_batch}")
+    print(f"dry run of {args.notebook} at profile {args.profile}: one step of every trainer on random tensors (the "
+          f"notebook is not executed; the cache and runs/ are not touched)")
+    report = dry_run(registry, args.notebook, args.profile, overrides=_options(args.param), repeats=args.repeats,
+                     max_batch=args.max_batch, log=print)
+    print(format_report(report))
+    if args.dry_run_out is not None:
+        from anonpaper.cache import atomic_write_bytes
+
+        atomic_write_bytes(Path(args.dry_run_out), json.dumps(report.as_dict(), indent=2, allow_nan=False).encode())
+        print(f"wrote {args.dry_run_out}")
+    return 0
+
+
+def _records_by_study(path: Path) -> dict[str, dict]:
+    """The results records of a runs folder (one per study; failed runs' ``.failed.json`` left out) or of one
+    record file, by study."""
+    from anonpaper.runner.record import read_record
+
+    if path.is_file():
+        record = read_record(path)
+        return {record["study"]: record}
+    if not path.is_dir():
+        raise UsageError(f"{path}: no such file or folder")
+    records = {}
+    for file in sorted(path.glob("*.json")):
+        if file.name.endswith(".failed.json"):
+            continue
+        try:
+            record = read_record(file)
+        except ValueError as error:
+            print(f"note: {error}; skipped")
+            continue
+        records[record["study"]] = record
+    if not records:
+        raise UsageError(f"{path}: holds no results records")
+    return records
+
+
+def _cmd_records_diff(args) -> int:
+    from anonpaper.runner.record import RELATIVE_FLOOR, compare_records
+
+    if args.tolerance is not None and not args.tolerance >= 0:
+        raise UsageError(f"--tolerance must be a number >= 0, got {args.tolerance}")
+    floor = RELATIVE_FLOOR if args.floor is None else args.floor
+    if not floor > 0:
+        raise UsageError(f"--floor must be a number > 0, got {args.floor}")
+    first, second = _records_by_study(Path(args.first)), _records_by_study(Path(args.second))
+    common = [study for study in first if study in second]
+    if not common:
+        raise UsageError(f"{args.first} and {args.second} hold no study in common ({', '.join(first)} against "
+                         f"{', '.join(second)})")
+    for study in sorted(set(first) ^ set(second)):
+        print(f"note: {study} is in {args.first if study in first else args.second} only; not compared")
+
+    def shown(value) -> str:
+        return "missing or null" if value is None else f"{value:.6g}"
+
+    beyond_tolerance = False
+    for study in common:
+        difference = compare_records(first[study], second[study], floor=floor)
+        print(f"{study}: {difference.compared} metrics compared, {len(difference.numeric)} differ, "
+              f"{len(difference.metrics) - len(difference.numeric)} missing or null on one side; "
+              f"{len(difference.verdicts)} verdicts changed")
+        largest_absolute, largest_relative = difference.largest_absolute, difference.largest_relative
+        if largest_absolute is not None:
+            print(f"  largest absolute difference: {largest_absolute.absolute:.3g} ({largest_absolute.name}: "
+                  f"{shown(largest_absolute.first)} -> {shown(largest_absolute.second)})")
+            print(f"  largest relative difference: {largest_relative.relative:.3g} ({largest_relative.name}: "
+                  f"{shown(largest_relative.first)} -> {shown(largest_relative.second)})")
+        for change in difference.metrics:
+            extent = (f"abs {change.absolute:.3g}, rel {change.relative:.3g}" if change.absolute != float("inf")
+                      else "on one side only")
+            print(f"  metric {change.name}: {shown(change.first)} -> {shown(change.second)} ({extent})")
+        for verdict in difference.verdicts:
+            print(f"  verdict {verdict.claim}: {verdict.first or 'absent'} -> {verdict.second or 'absent'}")
+        if args.tolerance is not None:
+            beyond = difference.beyond(args.tolerance)
+            if beyond or difference.verdicts:
+                beyond_tolerance = True
+                print(f"  beyond tolerance {args.tolerance:g}: {len(beyond)} metrics"
+                      + (f", {len(difference.verdicts)} changed verdicts" if difference.verdicts else ""))
+    if args.tolerance is not None:
+        print("records differ beyond the tolerance" if beyond_tolerance else
+              f"every metric within relative tolerance {args.tolerance:g} and every verdict unchanged")
+    return 1 if beyond_tolerance else 0
+
+
+def _cmd_records_check(args) -> int:
+    import json
+
+    from anonpaper.experiments.claims import check_record
+    from anonpaper.runner.record import SCHEMA
+
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: no such folder")
+    paths = sorted(folder.glob("*.json"))
+    if not paths:
+        raise UsageError(f"{folder}: holds no .json results records")
+    found_problems = False
+    for path in paths:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise UsageError(f"{path}: not readable JSON ({error})") from None
+        if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+            print(f"note: {path}: not a results record (schema is not {SCHEMA!r}), skipped")
+            continue
+        problems = check_record(record)
+        for problem in problems:
+            print(f"{path}: {problem}")
+        if not problems:
+            print(f"OK {path}")
+        found_problems = found_problems or bool(problems)
+    return 1 if found_problems else 0
 
 
 def _cmd_cohort_generate(args) -> int:
@@ -149,10 +307,89 @@ def _cmd_anonymize(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from anonpaper.methods.registry import available as available_methods
-    from anonpaper.methods.registry import spec as method_spec
+def _cmd_audit(args) -> int:
+    import dataclasses
 
+    from anonpaper.audit.folders import audit_folders
+    from anonpaper.audit.settings import AuditSettings
+
+    options = _options(args.option)
+    fields = [field.name for field in dataclasses.fields(AuditSettings)]
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        raise UsageError(f"unknown audit option(s) {unknown}; options: {', '.join(fields)}")
+    report = audit_folders(Path(args.original), Path(args.released), Path(args.out), labels_csv=args.labels,
+                           sensitive=args.sensitive, overwrite=args.overwrite, settings=AuditSettings(**options),
+                           log=None if args.quiet else print)
+    for section in (report.threats, report.utility):
+        for group, scores in section.items():
+            for name, score in scores.items():
+                shown = ("not computed: " + score.reason if score.reason else
+                         f"{score.value:.3f} +- {score.se:.3f} (originals {score.original:.3f}, chance "
+                         f"{score.chance:.3f}; advantage retained {score.advantage_retained:.2f})")
+                print(f"  {group} {name}: {shown}")
+    print(f"wrote {Path(args.out) / 'report.json'} and {Path(args.out) / 'report.html'}")
+    return 0
+
+
+def _cmd_generators_train(args) -> int:
+    for name in ("kimg", "minutes", "checkpoint_kimg"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be > 0, got {value}")
+    if args.eval_kimg is not None and args.eval_kimg < 0:
+        raise UsageError(f"--eval-kimg must be >= 0 (0: no evaluation), got {args.eval_kimg}")
+    from anonpaper.experiments.generators.job import DEFAULT_EVAL_KIMG, run_job, training_job
+
+    job = training_job(args.kind, kimg=args.kimg, resolution=args.resolution, stylegan_config=args.stylegan_config,
+                       seed=args.seed, batch_size=args.batch, checkpoint_kimg=args.checkpoint_kimg,
+                       population_patients=args.population_patients, population_seed=args.population_seed,
+                       eval_kimg=DEFAULT_EVAL_KIMG if args.eval_kimg is None else args.eval_kimg,
+                       parameters=_options(args.param))
+    outcome = run_job(job, args.out, resume=args.resume, minutes=args.minutes, progress=not args.quiet,
+                      device=args.device, batch_gpu=args.batch_gpu)
+    print(f"{outcome.kind}: {outcome.kimg:g}/{outcome.target_kimg:g} kimg, {outcome.seconds_per_kimg:.1f} s/kimg over "
+          f"{outcome.train_seconds / 60:.1f} min of training; run folder {outcome.run_dir}"
+          + (f"; weights {outcome.weights}" if outcome.weights else ""))
+    return 0
+
+
+def _cmd_generators_population(args) -> int:
+    from anonpaper.experiments.generators.job import population_for
+
+    population = population_for(args.kind, resolution=args.resolution, patients=args.patients, seed=args.seed,
+                                progress=not args.quiet)
+    record = population.record
+    print(f"{population.spec.dataset} population: {record['images']} images of {record['patients']} patients at "
+          f"{population.spec.image_size} px in {population.directory} (rendered in {record['render_seconds']:.0f} s)")
+    return 0
+
+
+def _cmd_generate(args) -> int:
+    if args.n < 1:
+        raise UsageError(f"--n must be a positive number of images, got {args.n}")
+    from anonpaper.experiments.generators.samples import write_samples
+
+    written = write_samples(args.kind, Path(args.out), args.n, seed=args.seed, truncation_psi=args.truncation,
+                            weights=args.weights, overwrite=args.overwrite, progress=not args.quiet)
+    print(f"wrote {len(written)} images to {args.out}")
+    return 0
+
+
+def _method_summaries() -> str:
+    """``name (summary), ...`` of every registered anonymization method, read without importing the methods (torch):
+    building the parser must stay cheap, as every command, ``--help`` included, builds it."""
+    from anonpaper.runner.light_import import package_inits_skipped
+
+    with package_inits_skipped():
+        from anonpaper.methods.registry import available, spec
+
+        return ", ".join(f"{name} ({spec(name).summary})" for name in available())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser. Every command's heavy imports live in its ``_cmd_*`` function, so building this,
+    ``--help`` and argument errors import neither torch nor the chapters (a test checks)."""
     parser = argparse.ArgumentParser(prog="anonpaper", description=__doc__.split("\n")[0])
     parser.add_argument("--project", type=Path, default=None,
                         help="project root holding notebooks/params.yaml (default: found from the current folder)")
@@ -175,6 +412,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="override a notebook parameter (value parsed as YAML)")
     p.add_argument("--force", action="store_true", help="rerun even if notebook, parameters and code are unchanged")
+    p.add_argument("--dry-run", action="store_true",
+                   help="do not execute the notebook: build the chapter's config at the profile, allocate every "
+                        "network it trains on the device (ANONPAPER_DEVICE), time a few steps of each trainer on "
+                        "random tensors and print the projected hours of the profile's schedule")
+    p.add_argument("--dry-run-out", default=None, metavar="FILE", help="also write the dry run's table as JSON")
+    p.add_argument("--repeats", type=_positive_int, default=3,
+                   help="dry run: timed steps per trainer after a warm-up step; the fastest counts (default 3)")
+    p.add_argument("--max-batch", type=int, default=None, metavar="B",
+                   help="dry run: time larger batches at B images and scale linearly (CPU projections of the "
+                        "paper's batches; default: the chapter's batch)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("reproduce", help="run every notebook in dependency order (resumable), then build the book")
@@ -182,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="rerun finished notebooks too")
     p.add_argument("--no-book", action="store_true", help="skip the book build")
     p.add_argument("--only", nargs="+", default=None, help="run only these studies (and nothing else)")
+    p.add_argument("--jobs", type=_positive_int, default=1, metavar="J",
+                   help="studies run at once, each as soon as the studies it depends on have finished, with "
+                        "cores/J threads and its output in runs/PROFILE/NAME.log (default 1: one after another)")
     p.set_defaults(func=_cmd_reproduce)
 
     p = sub.add_parser("book", help="build the Jupyter Book from executed notebooks (strict)")
@@ -190,9 +440,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="build from the committed results/PROFILE/ (no rerun) into runs/results-PROFILE/book")
     p.set_defaults(func=_cmd_book)
 
-    p = sub.add_parser("publish", help="copy the last successful runs of a profile to results/PROFILE/ (to commit)")
+    p = sub.add_parser("publish", help="copy the last successful runs of a profile to results/PROFILE/ (to commit); "
+                                       "refused while the checkout has uncommitted changes")
     runner_options(p)
     p.set_defaults(func=_cmd_publish)
+
+    records = sub.add_parser("records", help="results-record tools").add_subparsers(dest="records_command",
+                                                                                  required=True)
+    p = records.add_parser("check", help="recompute every claim's verdict in a folder of results records "
+                                         "(exit 1 when one disagrees)")
+    p.add_argument("folder", help="folder of *.json results records, e.g. results/quick")
+    p.set_defaults(func=_cmd_records_check)
+    p = records.add_parser("diff", help="compare two runs' records study by study: metric differences (timings "
+                                        "left out) and changed verdicts")
+    p.add_argument("first", help="a runs folder (e.g. runs/quick) or one record (.json)")
+    p.add_argument("second", help="another runs folder or record")
+    p.add_argument("--tolerance", type=float, default=None, metavar="REL",
+                   help="exit 1 when a metric's relative difference exceeds REL (|a - b| / max(|a|, |b|, FLOOR)), a "
+                        "metric is missing or null on one side, or a verdict changed")
+    p.add_argument("--floor", type=float, default=None, metavar="FLOOR",
+                   help="absolute floor of the relative differences, for metrics near 0 (default 1e-3)")
+    p.set_defaults(func=_cmd_records_diff)
 
     cohort = sub.add_parser("cohort", help="cohort tools").add_subparsers(dest="cohort_command", required=True)
     p = cohort.add_parser("generate", help="write a cohort (PNG images, masks, CSV manifest) to a folder")
@@ -218,8 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_data_check)
 
     p = sub.add_parser("anonymize", help="anonymize a folder of images with a method (outputs never overwrite inputs)")
-    p.add_argument("method", help="method name: " + ", ".join(
-        f"{name} ({method_spec(name).summary})" for name in available_methods()))
+    p.add_argument("method", help="method name: " + _method_summaries())
     p.add_argument("--in", dest="input", required=True,
                    help="folder of input images, searched recursively (.png, .jpg, .jpeg, .bmp, .tif, .tiff); a "
                         "folder written by `cohort generate` is read as a cohort: its images/ only, with VS-Snow's "
@@ -231,6 +498,83 @@ def build_parser() -> argparse.ArgumentParser:
                    help="method option, e.g. -o seed 3 or -o masks DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_anonymize)
+
+    p = sub.add_parser("audit", help="audit a released folder against its originals: linkage, attribute and "
+                                     "membership attacks and task utility, as report.json and report.html")
+    p.add_argument("--original", required=True,
+                   help="the original images: a folder written by `cohort generate`, or a plain folder with --labels")
+    p.add_argument("--released", required=True,
+                   help="the released images (e.g. written by `anonymize`), paired with the originals by file path")
+    p.add_argument("--labels", default=None,
+                   help="CSV for a plain original folder: columns file, patient and optionally the sensitive "
+                        "attribute (sex: F/M), dr_grade and label_<finding> (0/1)")
+    p.add_argument("--out", required=True, help="report folder (must be new or empty unless --overwrite; never an "
+                                                "input folder)")
+    p.add_argument("--sensitive", default="sex", help="column of the sensitive attribute (default: sex)")
+    p.add_argument("-o", "--option", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="audit setting, e.g. -o identity_epochs 40 or -o attacker_seeds 3 (value parsed as YAML)")
+    p.add_argument("--overwrite", action="store_true", help="replace report.json and report.html in a non-empty --out")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_cmd_audit)
+
+    kinds = "fundus-sg3t, fundus-sg2 or cxr-sg2"
+    generators = sub.add_parser("generators", help="train the shared generators (shipped in weights/)")
+    generators = generators.add_subparsers(dest="generators_command", required=True)
+    p = generators.add_parser("train", help="train a generator on its phantom population: progress, checkpoints, "
+                                            "evaluations every few kimg, resumable; exports fp16 EMA weights + JSON")
+    p.add_argument("kind", help=kinds)
+    p.add_argument("--kimg", type=float, default=None,
+                   help="train to this many thousand images (default: the generators chapter's for the kind)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="stop after about this many minutes, rendering and evaluations included (at a "
+                        "checkpoint; --resume continues)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in OUT/KIND.run (also a committed one); without it an existing run is "
+                        "refused")
+    p.add_argument("--out", default=None, help="folder of the weights and the run (default: the project's weights/)")
+    p.add_argument("--resolution", type=int, default=None,
+                   help="image side in px (default: the chapter's, 64 fundus / 32 chest X-ray)")
+    p.add_argument("--stylegan-config", default=None, help="StyleGAN config name (default: the chapter's, sg2-tiny / "
+                                                           "sg3t-tiny)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the networks and training (default 0)")
+    p.add_argument("--batch", type=int, default=None, help="images per step, over all processes (default 8)")
+    p.add_argument("--batch-gpu", type=int, default=None,
+                   help="images per forward/backward pass of one process (GPU memory; default: all of its share)")
+    p.add_argument("--checkpoint-kimg", type=float, default=None,
+                   help="thousand images between checkpoints (default: the chapter's, 1)")
+    p.add_argument("--eval-kimg", type=float, default=None,
+                   help="thousand images between evaluations (default 4; 0: none)")
+    p.add_argument("--population-patients", type=int, default=None,
+                   help="patients of the training population (default: 3000 fundus, 1000 chest X-ray)")
+    p.add_argument("--population-seed", type=int, default=0, help="the training population's own seed (default 0)")
+    p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="another generators chapter parameter, e.g. -p EVAL_IMAGES 100 (value parsed as YAML)")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the best available)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_generators_train)
+
+    p = generators.add_parser("population", help="render a generator's training population into the cache "
+                                                 "(train does it when needed)")
+    p.add_argument("kind", help=kinds)
+    p.add_argument("--resolution", type=int, default=None, help="generator image side in px (default: the "
+                                                                "chapter's; the population renders at >= 64 px)")
+    p.add_argument("--patients", type=int, default=None, help="patients (default: 3000 fundus, 1000 chest X-ray)")
+    p.add_argument("--seed", type=int, default=0, help="the population's own seed (default 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_generators_population)
+
+    p = sub.add_parser("generate", help="write PNG samples of a shipped generator (weights/KIND.pt)")
+    p.add_argument("kind", help=kinds)
+    p.add_argument("--n", type=int, required=True, help="number of images")
+    p.add_argument("--out", required=True, help="output folder (must be empty or absent unless --overwrite)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the latents (default 0)")
+    p.add_argument("--truncation", type=float, default=1.0,
+                   help="truncation psi (default 1: none; e.g. 0.7 for more typical, less varied images)")
+    p.add_argument("--weights", default=None, help="a .pt weights file with its .json beside it (default: "
+                                                   "weights/KIND.pt)")
+    p.add_argument("--overwrite", action="store_true", help="allow writing into a non-empty folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_generate)
     return parser
 
 

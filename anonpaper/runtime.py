@@ -303,17 +303,37 @@ def module_source_hashes(names: Iterable[str] | None = None) -> dict[str, str]:
     return hashes
 
 
-@lru_cache(maxsize=1)
-def git_sha() -> str | None:
-    """The git commit of the checkout the package lives in (with ``-dirty`` when modified), or None."""
+def git_modified_files(folder: str | Path | None = None) -> list[str] | None:
+    """Tracked files with uncommitted changes (staged or not) in the git checkout holding ``folder``.
+
+    Args:
+        folder: Any folder of the checkout (default: the package's).
+
+    Returns:
+        Their paths relative to the checkout's top folder (``git status --porcelain``; untracked files do not
+        count), empty for a clean checkout, or None when ``folder`` is not in a git checkout or git is missing.
+    """
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PACKAGE_DIR, capture_output=True, text=True,
-                             timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PACKAGE_DIR,
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder or PACKAGE_DIR,
+                                capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return sha + ("-dirty" if dirty else "") if sha else None
+    return [line[3:] for line in status.splitlines() if line.strip()]
+
+
+@lru_cache(maxsize=4)
+def git_sha(folder: str | Path | None = None) -> str | None:
+    """The git commit of the checkout holding ``folder`` (default: the package's), with ``-dirty`` when tracked files
+    are modified (:func:`git_modified_files`), or None outside a git checkout."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder or PACKAGE_DIR, capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    modified = git_modified_files(folder or PACKAGE_DIR)
+    if not sha or modified is None:
+        return None
+    return sha + ("-dirty" if modified else "")
 
 
 def versions() -> dict[str, str | None]:
@@ -332,8 +352,44 @@ def versions() -> dict[str, str | None]:
     return info
 
 
+# Environment variables that cap the instruction sets the CPU kernels may use: oneDNN's (convolutions, matrix
+# products) and ATen's own vectorised kernels. Set, they make a run's arithmetic that of an older processor.
+CPU_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+
+
+@lru_cache(maxsize=1)
+def processor_name() -> str:
+    """The processor's model, e.g. ``"Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz"``: ``model name`` in
+    ``/proc/cpuinfo`` (Linux), else what :mod:`platform` knows, else ``"unknown"``."""
+    try:
+        with open("/proc/cpuinfo") as stream:
+            for line in stream:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_arithmetic() -> dict[str, Any]:
+    """What decides the CPU arithmetic of a run besides the code: the processor, the instruction set PyTorch's
+    kernels dispatch to (``torch.backends.cpu.get_cpu_capability()``, e.g. ``"AVX512"``, ``"AVX2"``) and the caps
+    set in the environment (:data:`CPU_CAP_VARIABLES`, only those set). Floating-point results are bit-identical
+    only for the same processor capability, caps and thread count."""
+    import torch
+
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except (AttributeError, RuntimeError):  # older PyTorch
+        capability = None
+    return {"processor": processor_name(), "cpu_capability": capability,
+            "cpu_caps": {name: os.environ[name] for name in CPU_CAP_VARIABLES if os.environ.get(name)}}
+
+
 def environment_info() -> dict[str, Any]:
-    """Everything a results record needs to say where and with what it ran."""
+    """Everything a results record needs to say where and with what it ran (``processor``, ``cpu_capability``
+    and ``cpu_caps`` from :func:`cpu_arithmetic`)."""
     import torch
 
     device = get_device()
@@ -343,7 +399,8 @@ def environment_info() -> dict[str, Any]:
         "package_source_hash": package_source_hash(),
         "package_modules": module_source_hashes(),
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else processor_name(),
+        **cpu_arithmetic(),
         "torch_threads": torch.get_num_threads(),
         "platform": platform.platform(),
         "cache_dir": str(cache_dir()),
@@ -357,6 +414,7 @@ def print_config() -> dict[str, Any]:
     width = max(len(name) for name in info["versions"]) + 2
     for name, version in info["versions"].items():
         print(f"{name:<{width}}{version}")
-    for key in ("git_sha", "package_source_hash", "device", "device_name", "torch_threads", "cache_dir"):
+    for key in ("git_sha", "package_source_hash", "device", "device_name", "processor", "cpu_capability", "cpu_caps",
+                "torch_threads", "cache_dir"):
         print(f"{key:<{width}}{info[key]}")
     return info

@@ -218,3 +218,132 @@ def test_every_profile_of_the_registry_passes_the_checks(study):
     registry = load_registry(ROOT)
     for profile in registry.profiles:
         study.check_parameters(study.parameters(profile))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The CLI answers help, listings and argument errors without the heavy libraries
+# ---------------------------------------------------------------------------------------------------------------
+HEAVY_MODULES = ("torch", "timm", "matplotlib", "pandas", "anonpaper.methods.snow", "anonpaper.experiments.cohorts")
+_PROBE = """
+import json, sys
+from anonpaper.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exit_:
+    code = exit_.code
+heavy = [name for name in {heavy!r} if name in sys.modules]
+print("PROBE " + json.dumps({{"code": code, "heavy": heavy}}))
+"""
+
+
+def _probe(arguments: list[str]) -> dict:
+    """Run the CLI with ``arguments`` in a fresh interpreter; its exit code and the heavy modules it imported."""
+    import json
+    import subprocess
+    import sys
+
+    completed = subprocess.run([sys.executable, "-c", _PROBE.format(heavy=HEAVY_MODULES), *arguments], cwd=ROOT,
+                               capture_output=True, text=True, timeout=300)
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("PROBE ")]
+    assert lines, f"no probe output: {completed.stdout[-2000:]}\n{completed.stderr[-2000:]}"
+    return json.loads(lines[-1][len("PROBE "):])
+
+
+@pytest.mark.parametrize("arguments, code", [
+    (["--help"], 0), (["list"], 0), (["list", "-v"], 0), (["anonymize", "--help"], 0), (["run", "--help"], 0),
+    (["reproduce", "--help"], 0), (["records", "check", "--help"], 0), (["bogus"], 2), (["run"], 2),
+    (["reproduce", "--profile", "smoke", "--jobs", "0"], 2), (["run", "00_cohorts", "--profile", "huge"], 2),
+    (["run", "nope", "--profile", "smoke"], 2),
+])
+def test_help_listings_and_argument_errors_import_no_heavy_library(arguments, code):
+    outcome = _probe(arguments)
+    assert outcome["code"] == code
+    assert outcome["heavy"] == [], f"`anonpaper {' '.join(arguments)}` imported {outcome['heavy']}"
+
+
+def test_anonymize_help_names_every_registered_method():
+    """The help reads the registry without importing the methods; it lists exactly what the registry holds."""
+    from anonpaper.cli import _method_summaries
+    from anonpaper.methods.registry import available, spec
+
+    listed = _method_summaries()
+    assert listed == ", ".join(f"{name} ({spec(name).summary})" for name in available())
+    assert "snow (" in listed and "vs-snow (" in listed
+
+
+def test_specs_read_without_package_inits_equal_an_ordinary_import_and_leave_the_packages_whole():
+    """In a fresh interpreter (where no chapter is imported yet): `list -v`'s reading of every config imports no
+    torch, gives the same specs as importing the configs the ordinary way, and leaves nothing behind, so
+    importing a chapter afterwards runs its __init__ (its pipeline) as usual."""
+    import subprocess
+    import sys
+
+    script = """if True:
+        import contextlib, sys
+        import anonpaper.runner.light_import as light_import
+        from anonpaper.runner.studies import load_registry
+        studies = load_registry().ordered()
+        light = {study.name: study.parameter_specs() for study in studies}
+        assert "torch" not in sys.modules and all(light.values())
+        assert not [name for name in sys.modules if name.startswith("anonpaper.experiments.")]
+        light_import.package_inits_skipped = contextlib.nullcontext
+        assert light == {study.name: study.parameter_specs() for study in studies}
+        from anonpaper.experiments import gmia
+        import anonpaper.experiments.gmia.config as config
+        assert gmia.run and gmia.Config is config.Config
+        print("same and whole")
+    """
+    completed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                               timeout=300)
+    assert completed.stdout.strip() == "same and whole", completed.stderr[-3000:]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# records check
+# ---------------------------------------------------------------------------------------------------------------
+def _write_records(folder: Path) -> None:
+    import json
+
+    from anonpaper.runner.record import SCHEMA
+
+    folder.mkdir()
+    for name, claims in (("00_good", [{"id": "fine"}]), ("01_bad", [{"id": "c1"}, {"id": "c2"}])):
+        (folder / f"{name}.json").write_text(json.dumps({"schema": SCHEMA, "study": name, "claims": claims}))
+    (folder / "notes.json").write_text('{"not": "a record"}')
+
+
+def _fake_check(record: dict) -> list[str]:
+    return [f"{claim['id']}: verdict disagrees with the rule" for claim in record["claims"] if claim["id"] != "fine"]
+
+
+def test_records_check_prints_ok_or_each_problem(tmp_path, monkeypatch, capsys):
+    import anonpaper.experiments.claims as claims
+
+    monkeypatch.setattr(claims, "check_record", _fake_check, raising=False)
+    folder = tmp_path / "records"
+    _write_records(folder)
+    assert main(["records", "check", str(folder)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"OK {folder / '00_good.json'}",
+                     f"{folder / '01_bad.json'}: c1: verdict disagrees with the rule",
+                     f"{folder / '01_bad.json'}: c2: verdict disagrees with the rule",
+                     f"note: {folder / 'notes.json'}: not a results record (schema is not 'anonpaper.results/1'), "
+                     f"skipped"]
+    (folder / "01_bad.json").unlink()
+    assert main(["records", "check", str(folder)]) == 0
+
+
+def test_records_check_refuses_missing_empty_or_unreadable(tmp_path, monkeypatch, capsys):
+    import anonpaper.experiments.claims as claims
+
+    monkeypatch.setattr(claims, "check_record", _fake_check, raising=False)
+    assert main(["records", "check", str(tmp_path / "absent")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["records", "check", str(tmp_path / "empty")]) == 2
+    assert "holds no .json" in capsys.readouterr().err
+    folder = tmp_path / "records"
+    _write_records(folder)
+    (folder / "02_broken.json").write_text('{"schema": ')
+    assert main(["records", "check", str(folder)]) == 2
+    assert f"{folder / '02_broken.json'}: not readable JSON" in capsys.readouterr().err

@@ -7,10 +7,13 @@ import pandas as pd
 import pytest
 import torch
 
+from anonpaper.experiments.claims import check_record
 from anonpaper.experiments.gmia import Config, Outcome, evaluate_claims, table1, utility_table, variants
-from anonpaper.experiments.gmia.pipeline import (BLUR, CO_RECON, E_RECON, ID_ONLY, PIXELATE, REAL, UT_ONLY,
-                                                 DomainLPIPS, GMIAData, iw_ssim_scales, linkability_rows, main_name,
-                                                 singling_out_rows, to_tensor, to_uint8, utility_metrics)
+from anonpaper.experiments.gmia.pipeline import (BLUR, CO_RECON, E_RECON, ID_ONLY, INDEPENDENT, PIXELATE, REAL,
+                                                 UT_ONLY, DomainLPIPS, GMIAData, balanced_accuracy_or_nan,
+                                                 iw_ssim_scales, linkability_rows, main_name, membership_folds,
+                                                 membership_rows, outer_auc, singling_out_rows, to_tensor, to_uint8,
+                                                 utility_metrics)
 from anonpaper.metrics.classification import auroc
 from anonpaper.train.loop import TrainSettings
 from anonpaper.train.multilabel import macro_auroc, predict_multilabel, train_multilabel_classifier
@@ -30,7 +33,11 @@ def test_config_defaults_are_valid_and_bad_values_name_the_parameter():
                              ({"margin": -0.6}, "MARGIN"), ({"margins": (-0.7, 0.0)}, "MARGINS"),
                              ({"projection_batch_size": 6}, "PROJECTION_BATCH_SIZE"), ({"steps": 0}, "STEPS"),
                              ({"identity_backbone": "vgg"}, "IDENTITY_BACKBONE"),
-                             ({"utility_drop_max": 1.5}, "UTILITY_DROP_MAX")]:
+                             ({"utility_drop_max": 1.5}, "UTILITY_DROP_MAX"),
+                             ({"unlinkable_margin": 0.0}, "UNLINKABLE_MARGIN"),
+                             ({"identity_min_auc": 1.2}, "IDENTITY_MIN_AUC"),
+                             ({"membership_folds": 2}, "MEMBERSHIP_FOLDS"),
+                             ({"independent_backbone": "small_cnn"}, "INDEPENDENT_BACKBONE")]:
         with pytest.raises(ValueError, match=message):
             config.replace(**changes)
     assert Config(margins=[0, -0.5, -0.7]).margins == (0.0, -0.5, -0.7)  # notebook lists become float tuples
@@ -48,8 +55,20 @@ def test_variants_main_setting_covers_every_split_and_ablations_train_and_test()
 # ---------------------------------------------------------------------------------------------------------------
 # claims on planted outcomes
 # ---------------------------------------------------------------------------------------------------------------
-def _planted(works: bool, n: int = 200) -> Outcome:
-    """An outcome whose numbers make every paper claim hold (``works``) or fail (not ``works``)."""
+ATTACKED = (main_name(-0.7), BLUR, PIXELATE, UT_ONLY)  # the sets an adaptive attacker is retrained on
+
+
+def _link_row(attacker, name, risk, value, closer=np.nan, auc=0.7, se=0.02, n=200):
+    return {"attacker": attacker, "set": name, "risk": risk, "f1": value, "accuracy": value, "tar": value,
+            "far_as_published": 1 - value, "far": 0.05, "auc": auc, "auc_se": se if risk == "outer" else np.nan,
+            "tar_image": value, "tar_image_se": se, "stranger_image": 0.05 if risk == "outer" else np.nan,
+            "stranger_image_se": 0.01 if risk == "outer" else np.nan, "own_closer": closer,
+            "own_closer_se": se if risk == "outer" else np.nan, "n": n}
+
+
+def _planted(works: bool, n: int = 200, closer: float | None = None) -> Outcome:
+    """An outcome whose numbers make every paper claim hold (``works``) or fail (not ``works``). ``closer`` plants
+    the main setting's "own closer" share (and outer AUC) for every attacker."""
     config = Config()
     main = main_name(config.margin)
     sets = [CO_RECON, E_RECON, main, main_name(0.0), main_name(-0.5), ID_ONLY, UT_ONLY, BLUR, PIXELATE]
@@ -57,78 +76,167 @@ def _planted(works: bool, n: int = 200) -> Outcome:
     quality = [{"set": name, "metric": metric, "value": values[0] if name == CO_RECON else values[1], "se": 0.01,
                 "n": n} for name in sets for metric, values in good.items()]
     paired = {metric: ((a - b) if works else (b - a), 0.01) for metric, (a, b) in good.items()}
-    # Utility: stricter margins keep less; the main setting loses 0.02 (works) or 0.2 (fails) AUROC.
-    auroc_of = {REAL: 0.80, CO_RECON: 0.78, E_RECON: 0.70, main_name(0.0): 0.80, main_name(-0.5): 0.79,
-                main: 0.78 if works else 0.60, ID_ONLY: 0.70 if works else 0.75, UT_ONLY: 0.79, BLUR: 0.7, PIXELATE: 0.7}
+    # Utility: the main setting loses 0.02 (works) or 0.2 (fails) AUROC; stricter margins keep less (works).
+    auroc_of = {REAL: 0.80, CO_RECON: 0.78, E_RECON: 0.70, main_name(0.0): 0.80 if works else 0.50,
+                main_name(-0.5): 0.79, main: 0.78 if works else 0.60, ID_ONLY: 0.70 if works else 0.75,
+                UT_ONLY: 0.79, BLUR: 0.70 if works else 0.75, PIXELATE: 0.70 if works else 0.75}
     utility = pd.DataFrame([{"training set": name, "accuracy": 0.7, "AP": 0.6, "AUROC": value, "F1": 0.5, "n": n,
                              "AUROC_se": 0.005} for name, value in auroc_of.items()])
-    outer_tar = {main_name(0.0): 0.5, main_name(-0.5): 0.2, main: 0.0 if works else 0.6, ID_ONLY: 0.0, UT_ONLY: 0.4,
-                 CO_RECON: 0.5, E_RECON: 0.5, BLUR: 0.5, PIXELATE: 0.5}
-    rows = [{"attacker": "fixed", "set": REAL, "risk": "real", "f1": 0.9, "accuracy": 0.9, "tar": 0.9,
-             "far_as_published": 0.1, "far": 0.05, "auc": 0.95, "tar_image": 0.9, "tar_image_se": 0.02,
-             "stranger_image": np.nan, "stranger_image_se": np.nan, "own_closer": np.nan, "own_closer_se": np.nan,
-             "n": n}]
-    for name, tar in outer_tar.items():
-        for risk, value in (("inner", 0.8 if works else 0.3), ("outer", tar)):
-            rows.append({"attacker": "fixed", "set": name, "risk": risk, "f1": value, "accuracy": value, "tar": value,
-                         "far_as_published": 1 - value, "far": 0.05, "auc": 0.7, "tar_image": value,
-                         "tar_image_se": 0.02, "stranger_image": 0.05 if risk == "outer" else np.nan,
-                         "stranger_image_se": 0.01 if risk == "outer" else np.nan,
-                         "own_closer": 0.5 + tar / 2 if risk == "outer" else np.nan, "own_closer_se": 0.01, "n": n})
+    # Linkability: "own closer" at 0.5 = unlinkable (works); 0.25 = pushed to the opposite identity (fails).
+    main_closer = closer if closer is not None else (0.5 if works else 0.25)
+    closer_of = {main_name(0.0): 0.8 if works else 0.5, main_name(-0.5): 0.6, main: main_closer, ID_ONLY: 0.5,
+                 UT_ONLY: 0.9, CO_RECON: 0.95, E_RECON: 0.9, BLUR: 0.8 if works else 0.5,
+                 PIXELATE: 0.8 if works else 0.5}
+    outer_tar = {name: 0.0 if name == main and works else (0.6 if name == main else 0.4) for name in closer_of}
+    rows = []
+    for attacker in ("fixed", INDEPENDENT):
+        rows.append(_link_row(attacker, REAL, "real", 0.9, auc=0.95, n=n))
+        for name in closer_of:
+            rows.append(_link_row(attacker, name, "inner", 0.8 if works else 0.3, n=n))
+            rows.append(_link_row(attacker, name, "outer", outer_tar[name], closer_of[name],
+                                  auc=closer_of[name], n=n))
+    for name in ATTACKED:
+        rows.append(_link_row(f"adaptive ({name})", REAL, "real", 0.9, auc=0.95, n=n))
+        rows.append(_link_row(f"adaptive ({name})", name, "inner", 0.8, auc=0.9, n=n))
+        rows.append(_link_row(f"adaptive ({name})", name, "outer", outer_tar[name], closer_of[name],
+                              auc=closer_of[name], n=n))
     hidden = {name: 0.95 for name in sets}
     hidden[UT_ONLY] = 0.7 if works else 1.0
     hidden[main] = 1.0 if works else 0.7
-    singling = pd.DataFrame([{"set": name, "hidden_rate": value, "hidden_rate_se": 0.02, "local_cloaking": 3.0,
-                              "mean_cloaking": 3.0, "n": n} for name, value in hidden.items()])
-    detected = {True: (0.95, 0.1), False: (0.8, 0.99)}[works]  # (real, every other set)
-    membership = pd.DataFrame([{"set": name, "members_detected": detected[0] if name == REAL else detected[1],
-                                "members_detected_se": 0.02, "non_members_rejected": 0.9,
-                                "balanced_accuracy": 0.9, "attacker_training_accuracy": np.nan}
+    singling = [{"attacker": attacker, "set": name, "hidden_rate": value, "hidden_rate_se": 0.02,
+                 "local_cloaking": 3.0, "mean_cloaking": 3.0, "n": n}
+                for attacker in ("fixed", INDEPENDENT) for name, value in hidden.items()]
+    singling += [{"attacker": f"adaptive ({name})", "set": name, "hidden_rate": hidden[name], "hidden_rate_se": 0.02,
+                  "local_cloaking": 3.0, "mean_cloaking": 3.0, "n": n} for name in ATTACKED]
+    # Membership on held-out patients: the attacker reads real images (0.9); anonymised ones at chance (works) or
+    # better than real ones (fails).
+    accuracy = {REAL: 0.9, main: 0.5 if works else 0.99}
+    membership = pd.DataFrame([{"set": name, "members_detected": 0.5, "members_detected_se": 0.02,
+                                "non_members_rejected": 0.5, "balanced_accuracy": accuracy.get(name, 0.6),
+                                "balanced_accuracy_se": 0.02, "n": n,
+                                "attacker_training_accuracy": 0.97 if name == REAL else np.nan}
                                for name in [REAL] + sets])
-    margins = pd.DataFrame([{"margin": m, "set": main_name(m), "final_cosine": m, "PSNR": 20.0} for m in config.margins])
+    margins = pd.DataFrame([{"margin": m, "set": main_name(m), "final_cosine": m - 0.1, "reached": 1.0, "PSNR": 20.0}
+                            for m in config.margins])
+    instruments = {"identity_auc": 0.95, "identity_tar": 0.9, "independent_auc": 0.9,
+                   **{f"adaptive_auc/{name}": 0.85 for name in ATTACKED}, "utility_auroc": 0.8,
+                   "membership_accuracy": 0.9, "projector_psnr": 24.0, "mean_image_psnr": 12.0,
+                   "projector_gain_db": 12.0, "projector_auroc": 0.78, "projector_identity_auc": 0.95,
+                   "encoder_updates_ratio": 1.0, "lpips_val_dice": 0.9}
     return Outcome(config=config, data=pd.DataFrame({"images": [n * 3, n // 2, n], "patients": [30, 5, 10]},
                                                      index=pd.Index(["train", "val", "test"], name="split")),
                    resolution=32, generator={}, training=pd.DataFrame(), histories={}, quality=pd.DataFrame(quality),
-                   quality_paired=paired, utility=utility, linkability=pd.DataFrame(rows), singling_out=singling,
-                   membership=membership, margins=margins, curves={}, thresholds={}, baselines={},
-                   instruments={"identity_auc": 0.95, "identity_tar": 0.9, "utility_auroc": 0.8,
-                                "lpips_val_dice": 0.9}, examples={}, example_patients=[])
+                   quality_paired=paired, utility=utility, linkability=pd.DataFrame(rows),
+                   singling_out=pd.DataFrame(singling), membership=membership, margins=margins, curves={},
+                   thresholds={}, baselines={}, instruments=instruments, examples={}, example_patients=[])
 
 
-PAPER_CLAIMS = ("gmia-cotraining-beats-etraining", "gmia-outer-unlinkable", "gmia-inner-above-outer", "gmia-lid-hides",
-                "gmia-utility-kept", "gmia-lut-keeps-utility", "gmia-membership-drops")
+QUALITY_CLAIMS = tuple(f"gmia-cotraining-beats-etraining-{name}" for name in ("psnr", "ssim", "iw-ssim", "lpips"))
+PAPER_CLAIMS = QUALITY_CLAIMS + (
+    "gmia-outer-unlinkable", "gmia-outer-unlinkable-adaptive", "gmia-outer-unlinkable-independent",
+    "gmia-outer-auc-at-chance", "gmia-inner-above-outer", "gmia-lid-hides", "gmia-lid-hides-adaptive",
+    "gmia-lid-hides-independent", "gmia-utility-kept", "gmia-lut-keeps-utility", "gmia-beats-blur-utility",
+    "gmia-beats-blur-linkability", "gmia-beats-pixelation-utility", "gmia-beats-pixelation-linkability",
+    "gmia-margin-lowers-linkability", "gmia-margin-costs-utility", "gmia-membership-drops",
+    "gmia-membership-at-chance")
 
 
-def test_claims_hold_on_an_outcome_built_to_satisfy_them():
-    claims = {claim.id: claim for claim in evaluate_claims(_planted(works=True))}
-    for name in PAPER_CLAIMS + ("gmia-margin-tradeoff", "gmia-identity-instrument", "gmia-utility-instrument"):
-        assert claims[name].verdict == "holds", (name, claims[name].reason)
-    assert claims["gmia-identity-instrument"].kind == "phantom-check"
+def _claims(outcome: Outcome) -> dict:
+    return {claim.id: claim for claim in evaluate_claims(outcome)}
+
+
+def test_claims_hold_on_an_outcome_built_to_satisfy_them_and_pass_the_record_check():
+    claims = evaluate_claims(_planted(works=True))
+    assert tuple(claim.id for claim in claims) == PAPER_CLAIMS
+    for claim in claims:
+        assert claim.verdict == "holds", (claim.id, claim.reason)
+        assert claim.rule and claim.ours["2 SE"] == pytest.approx(2 * claim.se, abs=1e-4)
+    assert check_record({"claims": [claim.as_dict() for claim in claims]}) == []
 
 
 def test_claims_do_not_hold_on_an_outcome_built_to_contradict_them():
-    claims = {claim.id: claim for claim in evaluate_claims(_planted(works=False))}
-    for name in PAPER_CLAIMS + ("gmia-margin-tradeoff",):
-        assert claims[name].verdict == "does not hold", (name, claims[name].reason)
+    claims = evaluate_claims(_planted(works=False))
+    for claim in claims:
+        assert claim.verdict == "does not hold", (claim.id, claim.reason)
+    assert check_record({"claims": [claim.as_dict() for claim in claims]}) == []
 
 
-def test_claims_are_undecided_on_a_small_test_set_and_when_an_instrument_fails():
+@pytest.mark.parametrize("closer", [0.25, 0.335, 0.75])
+def test_an_anonymisation_pushed_past_chance_either_way_is_not_unlinkable(closer):
+    # Own closer 0.25 / outer AUC 0.335: the attacker links by picking the LEAST similar anonymisation. Outer TAR 0
+    # at the threshold, as the paper reports, but not unlinkable.
+    claims = _claims(_planted(works=True, closer=closer))
+    for claim_id in ("gmia-outer-unlinkable", "gmia-outer-unlinkable-adaptive", "gmia-outer-unlinkable-independent",
+                     "gmia-outer-auc-at-chance"):
+        assert claims[claim_id].verdict == "does not hold", (claim_id, claims[claim_id].reason)
+    # A distance from chance within the noise band neither holds nor fails.
+    near = _claims(_planted(works=True, closer=0.42))["gmia-outer-unlinkable"]
+    assert near.verdict == "undecided" and near.effect == pytest.approx(-0.08)
+
+
+def test_claims_are_undecided_on_a_small_test_set():
     small = evaluate_claims(_planted(works=True, n=20))
     assert all(claim.verdict == "undecided" and "too few test images (20 < 80)" in claim.reason for claim in small)
-    broken = _planted(works=True)
-    broken.instruments["identity_auc"] = 0.55
-    claims = {claim.id: claim for claim in evaluate_claims(broken)}
-    assert claims["gmia-identity-instrument"].verdict == "does not hold"
-    assert claims["gmia-outer-unlinkable"].verdict == "undecided"
-    assert "fixed verification attacker failed its check" in claims["gmia-outer-unlinkable"].reason
-    assert claims["gmia-utility-kept"].verdict == "holds"  # rests on the classifier, which passed
+
+
+@pytest.mark.parametrize("instrument, value, undecided, unaffected", [
+    ("identity_auc", 0.55, ("gmia-outer-unlinkable", "gmia-outer-auc-at-chance", "gmia-inner-above-outer",
+                            "gmia-lid-hides", "gmia-margin-lowers-linkability"), "gmia-outer-unlinkable-independent"),
+    ("independent_auc", 0.6, ("gmia-outer-unlinkable-independent", "gmia-lid-hides-independent"),
+     "gmia-outer-unlinkable"),
+    ("adaptive_auc/L_id + L_ut, m=-0.7", 0.6, ("gmia-outer-unlinkable-adaptive", "gmia-lid-hides-adaptive",
+                                               "gmia-beats-blur-linkability"), "gmia-outer-unlinkable"),
+    ("utility_auroc", 0.55, ("gmia-utility-kept", "gmia-lut-keeps-utility", "gmia-beats-blur-utility",
+                             "gmia-margin-costs-utility"), "gmia-outer-unlinkable"),
+    ("projector_gain_db", 2.1, ("gmia-utility-kept", "gmia-beats-pixelation-utility"), "gmia-outer-unlinkable"),
+    ("projector_auroc", 0.5, ("gmia-utility-kept",), "gmia-lid-hides"),
+    ("projector_identity_auc", 0.6, ("gmia-outer-unlinkable", "gmia-lid-hides-adaptive"), "gmia-utility-kept"),
+    ("membership_accuracy", 0.52, ("gmia-membership-drops", "gmia-membership-at-chance"), "gmia-utility-kept"),
+    ("encoder_updates_ratio", 1 / 6, QUALITY_CLAIMS, "gmia-utility-kept"),
+])
+def test_an_instrument_under_its_floor_leaves_its_claims_undecided(instrument, value, undecided, unaffected):
+    outcome = _planted(works=True)
+    outcome.instruments[instrument] = value
+    claims = _claims(outcome)
+    for claim_id in undecided:
+        assert claims[claim_id].verdict == "undecided", claim_id
+        assert "instrument under its floor" in claims[claim_id].reason
+    assert claims[unaffected].verdict == "holds", unaffected
+
+
+def test_margin_claims_are_undecided_when_the_stricter_margins_did_not_bind():
+    # The quick run: final cosine -0.381 at m = -0.5 and -0.393 at m = -0.7, so no image reached either margin and
+    # both settings ran the same (hinge-free) optimisation; a difference to m = 0 says nothing about the margin.
+    outcome = _planted(works=True)
+    outcome.margins["reached"] = [1.0, 0.0, 0.0]
+    claims = _claims(outcome)
+    for claim_id in ("gmia-margin-lowers-linkability", "gmia-margin-costs-utility"):
+        assert claims[claim_id].verdict == "undecided"
+        assert "reached m = -0.5 0 < floor 0.5" in claims[claim_id].reason
+    assert claims["gmia-utility-kept"].verdict == "holds"
+
+
+def test_a_baseline_off_the_target_psnr_leaves_the_equal_psnr_claims_undecided():
+    outcome = _planted(works=True)
+    outcome.quality.loc[(outcome.quality["set"] == BLUR) & (outcome.quality["metric"] == "PSNR"), "value"] = 22.0
+    claims = _claims(outcome)
+    assert claims["gmia-beats-blur-utility"].verdict == "undecided"
+    assert claims["gmia-beats-blur-linkability"].verdict == "undecided"
+    assert claims["gmia-beats-pixelation-utility"].verdict == "holds"
 
 
 def test_noise_rule_makes_a_close_comparison_undecided():
     outcome = _planted(works=True)
     outcome.utility.loc[outcome.utility["training set"] == ID_ONLY, "AUROC"] = 0.775  # 0.005 below the main setting
-    claims = {claim.id: claim for claim in evaluate_claims(outcome)}
-    assert claims["gmia-lut-keeps-utility"].verdict == "undecided" and "2 SE" in claims["gmia-lut-keeps-utility"].reason
+    claim = _claims(outcome)["gmia-lut-keeps-utility"]
+    assert claim.verdict == "undecided" and "within 2 SE" in claim.reason
+
+
+def test_utility_retention_needs_the_whole_interval_inside_the_margin():
+    outcome = _planted(works=True)
+    outcome.utility.loc[outcome.utility["training set"] == outcome.main, "AUROC"] = 0.76  # loss 0.04, 2 SE 0.014
+    claim = _claims(outcome)["gmia-utility-kept"]
+    assert claim.verdict == "undecided" and claim.rule == "retention" and claim.margin == 0.05
 
 
 def test_tables_put_the_papers_numbers_beside_ours():
@@ -139,6 +247,19 @@ def test_tables_put_the_papers_numbers_beside_ours():
     utility = utility_table(outcome)
     assert utility.loc[REAL, "AUROC paper"] == 0.774 and utility.loc[main_name(-0.7), "F1 paper"] == 0.531
     assert np.isnan(utility.loc[BLUR, "AUROC paper"])
+    from anonpaper.experiments.gmia import (attackers_table, instruments_table, margin_table, membership_table,
+                                            singling_out_attackers_table, singling_out_table)
+
+    margins = margin_table(outcome)  # one hidden rate per margin, the fixed attacker's, among several attackers'
+    assert margins["HR"].tolist() == [0.95, 0.95, 1.0] and margins["reached m"].tolist() == [1.0, 1.0, 1.0]
+    assert len(singling_out_table(outcome)) == 9 and singling_out_table(outcome, INDEPENDENT).index[0] == CO_RECON
+    assert singling_out_attackers_table(outcome).loc["adaptive", f"HR {UT_ONLY}"] == 0.7
+    attackers = attackers_table(outcome)
+    assert set(attackers.index.get_level_values("attacker")) == {"fixed", INDEPENDENT, "adaptive"}
+    assert len(attackers) == 12 and attackers.loc[(BLUR, "adaptive"), "own closer"] == 0.8
+    table = instruments_table(outcome)
+    assert table["passed"].all() and (table["kind"] == "ceiling").sum() == 2
+    assert membership_table(outcome).loc[REAL, "paper"] == 0.968
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -258,3 +379,73 @@ def test_not_reproduced_lists_failed_claims_and_table1_shortfalls():
     bad = _planted(works=False)
     named = "\n".join(not_reproduced(bad, evaluate_claims(bad)))
     assert all(f"**{name}** (does not hold)" in named for name in PAPER_CLAIMS)
+
+
+def test_outer_auc_equals_the_verification_auc_of_outer_risk_and_falls_below_half_when_pushed_apart():
+    from anonpaper.metrics.identity import cross_pair_scores
+    from anonpaper.metrics.privacy import outer_risk
+
+    rng = np.random.default_rng(3)
+    patients = np.repeat(np.arange(6), 3)
+    real = rng.normal(size=(18, 8))
+    close = real + 0.3 * rng.normal(size=(18, 8))
+    for anonymised in (close, -real):  # a noisy copy (linked) and the opposite identity (anti-linked)
+        scores = cross_pair_scores(real, anonymised)
+        value = outer_auc(scores, np.arange(18), patients)
+        assert value == pytest.approx(outer_risk(real, anonymised, 1.0, patient_ids=patients)["auc"])
+    assert outer_auc(cross_pair_scores(real, close), np.arange(18), patients) > 0.9
+    assert outer_auc(cross_pair_scores(real, -real), np.arange(18), patients) < 0.1
+
+
+def test_membership_folds_split_patients_and_keep_every_patient_in_one_fold():
+    data = _tiny_data(patients=12, per_patient=2)
+    codes = np.repeat(np.arange(12), 2)
+    data.patients.update(train=codes[:12], val=codes[12:16], test=codes[16:])
+    data.images.update(train=data.images["train"][:12], val=data.images["val"][12:16], test=data.images["test"][16:])
+    folds = membership_folds(data, 3, seed=0)
+    for split in ("train", "val", "test"):
+        assert folds[split].shape == data.patients[split].shape and set(folds[split]) <= {0, 1, 2}
+        for patient in np.unique(data.patients[split]):
+            assert len(set(folds[split][data.patients[split] == patient])) == 1
+    assert set(folds["train"]) == set(folds["test"]) == {0, 1, 2}  # test patients dealt first: each fold has one
+    data.patients["val"] = data.patients["test"][:4]  # 2 non-member patients only: no held-out attack possible
+    data.patients["test"] = data.patients["test"][:4]
+    with pytest.raises(ValueError, match="CXR_PATIENTS"):
+        membership_folds(data, 3, seed=0)
+
+
+def test_balanced_accuracy_is_chance_for_a_constant_guess_and_nan_without_both_classes():
+    truth = np.array([1, 1, 1, 0])
+    assert balanced_accuracy_or_nan(truth, np.ones(4)) == 0.5
+    assert balanced_accuracy_or_nan(truth, truth) == 1.0
+    assert np.isnan(balanced_accuracy_or_nan(np.ones(3), np.ones(3)))
+
+
+class _Brightness(torch.nn.Module):
+    """A fake membership attacker: 'member' when the image is bright."""
+
+    def __init__(self):
+        super().__init__()
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, images):
+        bright = images.mean(dim=(1, 2, 3)) - 0.5
+        return torch.stack([-bright, bright], dim=1) * 50
+
+
+def test_membership_rows_score_each_fold_with_its_own_attacker_and_read_chance_where_there_is_no_signal():
+    rng = np.random.default_rng(0)
+    train_patients, test_patients = np.repeat(np.arange(6), 2), np.repeat(np.arange(6, 10), 2)
+    bright = rng.integers(200, 255, (12, 8, 8)).astype(np.uint8)
+    dark = rng.integers(0, 50, (8, 8, 8)).astype(np.uint8)
+    data = GMIAData({"train": bright, "val": dark[:2], "test": dark}, {}, {"train": train_patients, "val":
+                    test_patients[:2], "test": test_patients}, {}, ("x",), 8, None, {})
+    folds = {"train": train_patients % 3, "val": np.zeros(2, int), "test": test_patients % 3}
+    same = np.concatenate([bright[:6], dark[:6]])[rng.permutation(12)]
+    sets = {REAL: data.images, "no signal": {"train": same, "test": same[:8]}}
+    rows = {row["set"]: row for row in membership_rows([_Brightness()] * 3, folds, data, sets, Config(bootstrap=20),
+                                                       training_accuracy=0.97)}
+    assert rows[REAL]["balanced_accuracy"] == 1.0 and rows[REAL]["attacker_training_accuracy"] == 0.97
+    assert rows["no signal"]["balanced_accuracy"] == pytest.approx(0.5, abs=0.1)
+    assert np.isfinite(rows["no signal"]["balanced_accuracy_se"]) and rows["no signal"]["balanced_accuracy_se"] > 0
+    assert np.isnan(rows["no signal"]["attacker_training_accuracy"])

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from anonpaper.experiments import k_salsa as chapter
-from anonpaper.experiments.claims import FAILS, HOLDS, UNDECIDED
+from anonpaper.experiments.claims import FAILS, HOLDS, UNDECIDED, check_record
+from anonpaper.experiments.k_salsa import claims as chapter_claims
 from anonpaper.experiments.k_salsa import pipeline
 from anonpaper.models.stylegan import StyleGenerator, get_config
 from anonpaper.models.unet import UNet
@@ -40,6 +41,9 @@ def test_defaults_are_valid_and_sequences_become_tuples():
     ({"attacker_test_fraction": 0.95}, "ATTACKER_TEST_FRACTION"),
     ({"inversion": "restyle"}, "INVERSION"),
     ({"inversion": "encoder", "encoder_steps": 0}, "needs an encoder"),
+    ({"cluster_unit": "eye"}, "CLUSTER_UNIT"),
+    ({"attacker_budget": 0}, "ATTACKER_BUDGET"),
+    ({"generator_label_min_qwk": 1.5}, "GENERATOR_LABEL_MIN_QWK"),
 ])
 def test_invalid_parameters_are_refused_by_name(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -49,83 +53,164 @@ def test_invalid_parameters_are_refused_by_name(changes, message):
 # ---------------------------------------------------------------------------------------------------------------
 # Claims on planted outcomes
 # ---------------------------------------------------------------------------------------------------------------
-def planted(*, fd_gap=1.0, fd_gap_se=0.1, membership=(0.9, 0.7, 0.5, 0.3), pixel_membership=None, chance=0.05,
-            qwk=(0.6, 0.5, 0.3, 0.1), centroid_qwk=None, qwk_se=0.02, membership_se=0.02, n_test=100, pool=100,
-            reference_qwk=0.7, min_sizes=None, synthetic=None) -> chapter.Outcome:
-    """An outcome with the given numbers at k = 2, 5, 10, 20 (no networks)."""
+def planted(*, fd_gap=1.0, fd_gap_se=0.1, pixel_fd_gap=None, membership=(0.7, 0.5, 0.3, 0.1), pixel_membership=None,
+            chance=0.05, qwk=(0.6, 0.5, 0.3, 0.1), centroid_qwk=None, pixel_qwk=None, qwk_se=0.02,
+            membership_se=0.02, n_test=100, pool=100, reference_qwk=0.7, reconstruction_qwk=0.6, min_sizes=None,
+            min_patients=None, synthetic=None) -> chapter.Outcome:
+    """An outcome with the given numbers at k = 2, 5, 10, 20 (no networks); ``membership`` is the precision above
+    chance (not normalised)."""
     config = chapter.Config()
-    pixel_membership = pixel_membership or tuple(min(1.0, value + 0.2) for value in membership)
+    pixel_membership = pixel_membership or tuple(min(0.9, value + 0.2) for value in membership)
     centroid_qwk = centroid_qwk or tuple(value - 0.2 for value in qwk)
+    pixel_qwk = pixel_qwk or tuple(value - 0.2 for value in qwk)
+    pixel_fd_gap = fd_gap if pixel_fd_gap is None else pixel_fd_gap
     synthetic = synthetic or tuple(246 // k for k in KS)
     rows = []
     for index, k in enumerate(KS):
         for method in chapter.METHODS:
+            precision = (pixel_membership if method == "k-same pixel" else membership)[index] + chance
             rows.append({
-                "k": k, "method": method, "n_synthetic": synthetic[index], "fd": 5.0 + (fd_gap if method == "centroid"
-                                                                                      else 0.0),
-                "fd_se": 0.1, "kid": 0.01, "kid_std": 0.001, "accuracy": 0.5, "accuracy_se": 0.02,
-                "qwk": {"k-SALSA": qwk, "centroid": centroid_qwk, "k-same pixel": qwk}[method][index], "qwk_se": qwk_se,
-                "qwk_seed_sd": 0.0, "n_test": n_test, "predicted_classes": 5,
-                "membership_precision": (pixel_membership if method == "k-same pixel" else membership)[index] + chance,
-                "membership_se": membership_se, "membership_chance": chance, "pool": pool, "held_out_clusters": 10,
-                "reid_precision": chance, "reid_se": 0.01, "reid_chance": chance})
+                "k": k, "method": method, "n_synthetic": synthetic[index],
+                "fd": 5.0, "fd_se": 0.1, "kid": 0.01, "kid_std": 0.001,
+                "fd_dr": 5.0 + {"centroid": fd_gap, "k-same pixel": pixel_fd_gap, "k-SALSA": 0.0}[method],
+                "fd_dr_se": 0.1, "kid_dr": 0.01, "kid_dr_std": 0.001, "accuracy": 0.5, "accuracy_se": 0.02,
+                "qwk": {"k-SALSA": qwk, "centroid": centroid_qwk, "k-same pixel": pixel_qwk}[method][index],
+                "qwk_se": qwk_se, "qwk_seed_sd": 0.0, "n_test": n_test, "predicted_classes": 5,
+                "membership_precision": precision, "membership_se": membership_se, "membership_chance": chance,
+                "membership_normalised": (precision - chance) / (1 - chance),
+                "membership_normalised_se": membership_se / (1 - chance), "pool": pool, "held_out_clusters": 10,
+                "attacker_epochs": 15, "attacker_pairs": 250, "reid_precision": chance, "reid_se": 0.01,
+                "reid_chance": chance, "reid_normalised": 0.0, "reid_normalised_se": 0.01})
     min_sizes = min_sizes or KS
+    min_patients = min_patients or KS
     clusters = pd.DataFrame([{"k": k, "images": 246, "remainder": 246 % k, "clusters": 246 // k, "min_size": size,
-                              "max_size": k + 246 % k, "clusters_above_k": 1, "every_image_once": True}
-                             for k, size in zip(KS, min_sizes)])
+                              "max_size": k + 246 % k, "clusters_above_k": 1, "every_image_once": True,
+                              "patients": 180, "min_patients": patients, "patients_split": 0, "unit": "patient"}
+                             for k, size, patients in zip(KS, min_sizes, min_patients)])
+    gaps = pd.DataFrame([{"k": k, "features": features, "baseline": baseline,
+                          "difference": fd_gap if baseline == "centroid" else pixel_fd_gap,
+                          "difference_se": fd_gap_se}
+                         for k in KS for features in (pipeline.DR_FEATURES, pipeline.UNET_FEATURES)
+                         for baseline in ("centroid", "k-same pixel")])
     return chapter.Outcome(
         config=config, generator={}, segmenter_dice=0.9, inversion={"images": 246, "inversion": "projector"},
-        inversions=pd.DataFrame(), clusters=clusters,
-        results=pd.DataFrame(rows), fd_differences={k: {"difference": fd_gap, "difference_se": fd_gap_se} for k in KS},
+        inversions=pd.DataFrame(), clusters=clusters, results=pd.DataFrame(rows), fd_gaps=gaps,
+        dr_check={"held_out_qwk": 0.8, "held_out_qwk_se": 0.03, "private_qwk": 0.9,
+                  "reconstruction_qwk": reconstruction_qwk, "source": "test split"},
         reference={"accuracy": 0.7, "accuracy_se": 0.02, "qwk": reference_qwk, "qwk_se": 0.03},
         alignment=pd.DataFrame({"k": KS, "loss_at_centroid": 1.0, "loss_after_alignment": 0.5}))
+
+
+CLAIMS = ("k-salsa-alignment-fidelity", "k-salsa-fidelity-beats-pixel", "k-salsa-membership-falls",
+          "k-salsa-membership-below-pixel", "k-salsa-utility-falls", "k-salsa-alignment-utility",
+          "k-salsa-utility-beats-pixel")
 
 
 def verdicts(outcome) -> dict[str, str]:
     return {claim.id: claim.verdict for claim in chapter.evaluate_claims(outcome)}
 
 
-def test_claims_hold_on_an_outcome_built_to_satisfy_them():
-    found = verdicts(planted())
-    assert found == {"k-salsa-alignment-fidelity": HOLDS, "k-salsa-membership-falls": HOLDS,
-                     "k-salsa-membership-below-pixel": HOLDS, "k-salsa-utility-falls": HOLDS,
-                     "k-salsa-alignment-utility": HOLDS, "k-salsa-clusters-at-least-k": HOLDS}
-    kinds = {claim.id: claim.kind for claim in chapter.evaluate_claims(planted())}
-    assert kinds["k-salsa-clusters-at-least-k"] == "phantom-check" and kinds["k-salsa-membership-falls"] == "paper"
+def test_claims_hold_on_an_outcome_built_to_satisfy_them_and_pass_the_record_check():
+    claims = chapter.evaluate_claims(planted())
+    assert {claim.id: claim.verdict for claim in claims} == {claim_id: HOLDS for claim_id in CLAIMS}
+    assert all(claim.kind == "paper" and claim.rule == "directional" for claim in claims)
+    assert check_record({"claims": [claim.as_dict() for claim in claims]}) == []
 
 
 def test_claims_do_not_hold_on_an_outcome_built_to_contradict_them():
-    found = verdicts(planted(fd_gap=-1.0, membership=(0.1, 0.3, 0.5, 0.7), pixel_membership=(0.0, 0.1, 0.2, 0.3),
-                             qwk=(0.1, 0.3, 0.5, 0.6), centroid_qwk=(0.4, 0.6, 0.8, 0.9), min_sizes=(2, 4, 10, 20)))
-    assert set(found.values()) == {FAILS}
+    claims = chapter.evaluate_claims(planted(
+        fd_gap=-1.0, membership=(0.1, 0.3, 0.5, 0.7), pixel_membership=(0.0, 0.1, 0.2, 0.3),
+        qwk=(0.1, 0.3, 0.5, 0.6), centroid_qwk=(0.4, 0.6, 0.8, 0.9), pixel_qwk=(0.4, 0.6, 0.8, 0.9)))
+    assert {claim.id: claim.verdict for claim in claims} == {claim_id: FAILS for claim_id in CLAIMS}
+    assert check_record({"claims": [claim.as_dict() for claim in claims]}) == []
+
+
+def test_an_every_k_claim_fails_on_one_contradicting_k_and_is_undecided_on_one_noisy_k():
+    # The quick run: k-same pixel wins FD and QWK at k = 2, k-SALSA wins elsewhere.
+    found = verdicts(planted(pixel_fd_gap=1.0, pixel_qwk=(0.8, 0.3, 0.1, -0.1)))
+    assert found["k-salsa-utility-beats-pixel"] == FAILS
+    outcome = planted()
+    outcome.fd_gaps.loc[(outcome.fd_gaps["k"] == 5) & (outcome.fd_gaps["baseline"] == "k-same pixel"),
+                        "difference"] = -3.0
+    claim = {c.id: c for c in chapter.evaluate_claims(outcome)}["k-salsa-fidelity-beats-pixel"]
+    assert claim.verdict == FAILS and "(k=5)" in claim.quantity and claim.effect == -3.0
+    noisy = verdicts(planted(qwk=(0.6, 0.5, 0.3, 0.1), centroid_qwk=(0.4, 0.49, 0.1, -0.1)))
+    assert noisy["k-salsa-alignment-utility"] == UNDECIDED  # k = 5 within noise, every other k holds
+
+
+def test_a_utility_rise_within_noise_is_undecided_not_a_contradiction():
+    # The quick run's QWK 0.050 +- 0.043 at k = 2 -> 0.183 +- 0.091 at k = 20 used to be reported as contradicting
+    # the paper.
+    outcome = planted(qwk=(0.050, 0.114, -0.013, 0.183))
+    for column, values in (("qwk_se", (0.043, 0.053, 0.093, 0.091)),):
+        for k, value in zip(KS, values):
+            outcome.results.loc[(outcome.results["k"] == k) & (outcome.results["method"] == "k-SALSA"),
+                                column] = value
+    claim = {c.id: c for c in chapter.evaluate_claims(outcome)}["k-salsa-utility-falls"]
+    assert claim.verdict == UNDECIDED and claim.effect == pytest.approx(-0.133)
+    assert verdicts(planted(qwk=(0.05, 0.3, 0.4, 0.6)))["k-salsa-utility-falls"] == FAILS  # beyond noise
+
+
+def test_membership_falls_on_the_chance_normalised_precision():
+    # Raw precision 0.5 at k = 2 (chance 0.02) and 0.5 at k = 20 (chance 0.2): the same raw precision is a weaker
+    # attack where chance is higher, so normalised precision falls (0.490 -> 0.375).
+    outcome = planted()
+    for k, chance in zip(KS, (0.02, 0.05, 0.1, 0.2)):
+        rows = (outcome.results["k"] == k) & (outcome.results["method"] == "k-SALSA")
+        outcome.results.loc[rows, "membership_precision"] = 0.5
+        outcome.results.loc[rows, "membership_chance"] = chance
+        outcome.results.loc[rows, "membership_normalised"] = (0.5 - chance) / (1 - chance)
+        outcome.results.loc[rows, "membership_normalised_se"] = 0.02 / (1 - chance)
+    claim = {c.id: c for c in chapter.evaluate_claims(outcome)}["k-salsa-membership-falls"]
+    assert claim.verdict == HOLDS and claim.effect == pytest.approx(0.48 / 0.98 - 0.3 / 0.8)
 
 
 def test_claims_are_undecided_on_small_test_sets_and_within_noise():
     small = verdicts(planted(n_test=10, pool=10, synthetic=(12, 4, 2, 1)))
-    for claim_id in ("k-salsa-alignment-fidelity", "k-salsa-membership-falls", "k-salsa-membership-below-pixel",
-                     "k-salsa-utility-falls", "k-salsa-alignment-utility"):
-        assert small[claim_id] == UNDECIDED, claim_id
-    assert small["k-salsa-clusters-at-least-k"] == HOLDS  # an implementation check needs no test set
+    assert all(small[claim_id] == UNDECIDED for claim_id in CLAIMS)
     reasons = {claim.id: claim.reason for claim in chapter.evaluate_claims(planted(n_test=10))}
     assert reasons["k-salsa-utility-falls"].startswith("too few test images (10 < 40)")
-    noisy = verdicts(planted(fd_gap=0.1, fd_gap_se=0.1))
-    assert noisy["k-salsa-alignment-fidelity"] == UNDECIDED
+    assert verdicts(planted(fd_gap=0.1, fd_gap_se=0.1))["k-salsa-alignment-fidelity"] == UNDECIDED
 
 
 def test_fidelity_counts_only_the_k_with_enough_synthetic_images():
     # k = 20 contradicts the claim, but with 12 < MIN_EVAL_IMAGES images it is not counted.
     outcome = planted(synthetic=(123, 49, 24, 12))
-    outcome.fd_differences[20] = {"difference": -5.0, "difference_se": 0.1}
+    outcome.fd_gaps.loc[(outcome.fd_gaps["k"] == 20) & (outcome.fd_gaps["baseline"] == "centroid"),
+                        "difference"] = -5.0
     claim = {claim.id: claim for claim in chapter.evaluate_claims(outcome)}["k-salsa-alignment-fidelity"]
-    assert claim.verdict == HOLDS and "not counted: 12 < 20" in claim.reason
+    assert claim.verdict == HOLDS and "k = 20 not counted" in claim.reason
 
 
-def test_a_dr_classifier_that_cannot_grade_real_images_leaves_the_utility_claims_undecided():
-    claims = {claim.id: claim for claim in chapter.evaluate_claims(planted(reference_qwk=0.01))}
-    for claim_id in ("k-salsa-utility-falls", "k-salsa-alignment-utility"):
-        assert claims[claim_id].verdict == UNDECIDED
-        assert "DR classifier failed its check" in claims[claim_id].reason
-    assert claims["k-salsa-membership-falls"].verdict == HOLDS
+def test_fidelity_ignores_the_alignments_own_feature_network():
+    # The U-Net FD favours alignment by construction (the alignment optimises its taps); the claim reads the DR
+    # classifier's FD only.
+    outcome = planted(fd_gap=-1.0)
+    outcome.fd_gaps.loc[outcome.fd_gaps["features"] == pipeline.UNET_FEATURES, "difference"] = 5.0
+    assert verdicts(outcome)["k-salsa-alignment-fidelity"] == FAILS
+
+
+@pytest.mark.parametrize("changes, undecided, unaffected", [
+    ({"reference_qwk": 0.01}, ("k-salsa-utility-falls", "k-salsa-alignment-utility", "k-salsa-utility-beats-pixel"),
+     "k-salsa-membership-falls"),
+    ({"reconstruction_qwk": 0.1}, ("k-salsa-utility-falls", "k-salsa-alignment-utility"),
+     "k-salsa-alignment-fidelity"),
+    ({"min_patients": (1, 5, 10, 20)}, CLAIMS, None),  # a k = 2 cluster of one patient's photographs
+    ({"min_sizes": (2, 4, 10, 20)}, CLAIMS, None),
+])
+def test_an_instrument_under_its_floor_leaves_its_claims_undecided(changes, undecided, unaffected):
+    claims = {claim.id: claim for claim in chapter.evaluate_claims(planted(**changes))}
+    for claim_id in undecided:
+        assert claims[claim_id].verdict == UNDECIDED, claim_id
+        assert "instrument under its floor" in claims[claim_id].reason
+    if unaffected:
+        assert claims[unaffected].verdict == HOLDS
+
+
+def test_weakest_k_picks_the_least_supported_setting():
+    assert chapter_claims.weakest_k({2: (1.0, 0.1), 5: (0.1, 0.1)}) == 5
+    assert chapter_claims.weakest_k({2: (1.0, 0.1), 5: (0.5, float("nan"))}) == 5
+    assert chapter_claims.weakest_k({}) is None
 
 
 def test_tables_have_one_row_per_k_and_method():
@@ -134,6 +219,10 @@ def test_tables_have_one_row_per_k_and_method():
     utility = chapter.utility_table(outcome.__class__(**{**outcome.__dict__, "reference": {
         **outcome.reference, "n_test": 100, "predicted_classes": 5, "qwk_seed_sd": 0.0}}))
     assert utility["method"].iloc[0] == "real (private images)" and len(utility) == 1 + len(KS) * 3
+    fidelity = chapter.fidelity_table(outcome)
+    assert {"FD-DR-classifier", "FD-vessel-unet"} <= set(fidelity.columns)
+    instruments = chapter.instruments_table(outcome)
+    assert bool(instruments["passed"].iloc[:-1].all()) and len(instruments) == 6
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -169,9 +258,12 @@ def test_fidelity_pairs_the_bootstrap_of_equal_sets():
     rng = np.random.default_rng(0)
     real = rng.normal(size=(60, 4))
     same = rng.normal(size=(20, 4))
-    rows, gap = pipeline.fidelity(real, {"k-same pixel": same + 3, "centroid": same, "k-SALSA": same.copy()},
-                                  rng.normal(size=(15, 4)), chapter.Config(bootstrap=20), 2)
-    assert gap["difference"] == pytest.approx(0.0, abs=1e-9) and gap["difference_se"] == pytest.approx(0.0, abs=1e-9)
+    rows, gaps = pipeline.fidelity(real, {"k-same pixel": same + 3, "centroid": same, "k-SALSA": same.copy()},
+                                   rng.normal(size=(15, 4)), chapter.Config(bootstrap=20), 2)
+    assert set(gaps) == {"k-same pixel", "centroid"}
+    assert gaps["centroid"]["difference"] == pytest.approx(0.0, abs=1e-9)
+    assert gaps["centroid"]["difference_se"] == pytest.approx(0.0, abs=1e-9)
+    assert gaps["k-same pixel"]["difference"] > 0 and gaps["k-same pixel"]["difference_se"] > 0
     assert rows["k-same pixel"]["fd"] > rows["centroid"]["fd"] and np.isfinite(rows["real test"]["fd_se"])
 
 
@@ -207,7 +299,7 @@ def test_inversion_and_the_three_releases_on_a_tiny_generator(tiny):
     inversion = pipeline.invert(generator, data.private, steps=2, seed=0)
     assert inversion.codes.shape == (9, generator.num_ws, generator.w_dim)
     assert inversion.reconstructions.shape == data.private.shape and np.isfinite(inversion.psnr).all()
-    config = chapter.Config(alignment_steps=2, private_images=9, k_values=(2, 3))
+    config = chapter.Config(alignment_steps=2, private_images=9, k_values=(2, 3), cluster_unit="image")
     release = pipeline.synthesize(generator, inversion, data, pipeline.feature_taps(network, 32), 2, config)
     assert set(release.images) == set(chapter.METHODS)
     assert all(images.shape == (4, 3, 32, 32) for images in release.images.values())  # 9 // 2 clusters
@@ -230,14 +322,72 @@ def test_encoder_inversion_and_its_refinement_on_a_tiny_generator(tiny):
     assert row["images"] == 9 and row["train_seconds"] == seconds and "encoder's codes" in row["method"]
 
 
-def test_membership_attack_and_utility_run_on_tiny_sets(tiny):
+class _Oracle(torch.nn.Module):
+    """A fake pair classifier that knows membership: a candidate is a member when its mean colour is the synthetic
+    image's (``sign`` -1: the opposite, an attacker that ranks members last)."""
+
+    def __init__(self, sign: float = 1.0):
+        super().__init__()
+        self.sign = sign
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, pairs):
+        gap = (pairs[:, :3].mean(dim=(1, 2, 3)) - pairs[:, 3:].mean(dim=(1, 2, 3))).abs()
+        return torch.stack([torch.zeros_like(gap), -self.sign * 100 * gap], dim=1)
+
+
+def test_held_out_membership_precision_separates_an_oracle_from_chance_and_from_an_inverted_attacker():
+    # Six clusters of 3; the held-out set is clusters 3, 4, 5: a pool of 9 candidates, 3 members per synthetic image,
+    # so chance is 1/3 and a top-3 precision of 1 is not given by construction.
+    colours = torch.linspace(0.1, 0.9, 6)
+    labels = np.repeat(np.arange(6), 3)
+    private = colours[labels].view(-1, 1, 1, 1).expand(-1, 3, 8, 8) + 0.01 * torch.rand(18, 3, 8, 8,
+                                                                                         generator=torch.Generator()
+                                                                                         .manual_seed(0))
+    data = pipeline.PrivateData(private=private, private_grades=np.zeros(18, np.int64),
+                                private_patients=labels.astype(str), test=private[:2], test_grades=np.zeros(2),
+                                test_patients=np.array(["x", "y"]), cohort_size=8)
+    synthetic = pipeline.k_same_pixel_average(private, labels)
+    split = {"train": np.array([0, 1]), "val": np.array([2]), "test": np.array([3, 4, 5])}
+    found = pipeline.score_membership(_Oracle(), synthetic, data, labels, split, 3)
+    assert found["pool"] == 9 and found["membership_chance"] == pytest.approx(1 / 3)
+    assert found["membership_precision"] == 1.0 and found["membership_normalised"] == pytest.approx(1.0)
+    inverted = pipeline.score_membership(_Oracle(-1.0), synthetic, data, labels, split, 3)
+    assert inverted["membership_precision"] == 0.0 and inverted["membership_normalised"] == pytest.approx(-0.5)
+
+
+def test_attacker_budget_is_the_same_at_every_k():
+    labels_by_k = {k: np.repeat(np.arange(120 // k), k) for k in (2, 5, 10, 20)}
+    shown = {}
+    for k, labels in labels_by_k.items():
+        split = pipeline.attack_split(int(labels.max()) + 1, chapter.Config(), k)
+        epochs, pairs = pipeline.attacker_epochs(labels, split["train"], 4000)
+        shown[k] = epochs * pairs
+    assert max(shown.values()) / min(shown.values()) < 1.25  # within about one epoch of 4000 pairs
+    assert pipeline.attacker_epochs(np.array([0, 0, 1, 1]), np.array([0]), 1) == (1, 2)  # at least one epoch
+
+
+def test_a_membership_attacker_and_a_dr_classifier_train_on_tiny_sets(tiny):
     _, _, data = tiny
-    config = chapter.Config(attacker_epochs=1, classifier_epochs=1, bootstrap=5, private_images=9, k_values=(2, 3))
+    config = chapter.Config(attacker_budget=10, classifier_epochs=1, bootstrap=5, private_images=9, k_values=(2, 3))
     labels = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2])
     synthetic = pipeline.k_same_pixel_average(data.private, labels)
     split = {"train": np.array([0]), "val": np.array([1]), "test": np.array([2])}
     result = pipeline.membership_attack(synthetic, data, labels, split, 3, config, "test")
-    assert 0.0 <= result["membership_precision"] <= 1.0 and result["pool"] == 3
+    assert result["attacker_pairs"] == 3 and result["attacker_epochs"] == 3  # 3 members, no non-member in the pool
+    # One held-out cluster of 3 in a pool of 3: precision 1 by construction, chance 1, so nothing is measured.
+    assert result["membership_precision"] == 1.0 and result["membership_chance"] == 1.0
+    assert np.isnan(result["membership_normalised"])
     model = pipeline.train_dr_classifier(synthetic, np.array([0, 1, 2]), config, "test")
     scores = pipeline.utility(model, data, config, "test")
     assert 0.0 <= scores["accuracy"] <= 1.0 and scores["n_test"] == 4
+
+
+def test_patient_clusters_in_the_release_keep_each_patient_in_one_cluster(tiny):
+    generator, network, data = tiny
+    inversion = pipeline.invert(generator, data.private, steps=1, seed=0)
+    config = chapter.Config(alignment_steps=1, private_images=9, k_values=(2, 3))
+    release = pipeline.synthesize(generator, inversion, data, pipeline.feature_taps(network, 32), 2, config)
+    summary = pipeline.cluster_summary(release.labels, 2, data.private_patients)
+    assert summary["min_patients"] >= 2 and summary["patients_split"] == 0 and summary["clusters"] == 2  # 5 // 2
+    assert all(images.shape[0] == 2 for images in release.images.values())

@@ -144,6 +144,32 @@ def test_remainder_joins_its_own_blob():
     assert len(set(labels.tolist())) == 3
 
 
+@pytest.mark.parametrize("patients, per_patient, k", [(10, 2, 2), (13, 3, 5), (7, 1, 3), (20, 4, 2)])
+def test_patient_clusters_hold_k_distinct_patients_and_never_split_a_patient(patients, per_patient, k):
+    # Each patient's photographs have nearly the same code (two photographs of one eye), so image-level clustering
+    # pairs them with each other: a k = 2 cluster of one patient.
+    rng = np.random.default_rng(patients * 10 + k)
+    owner = np.repeat(np.arange(patients), per_patient)
+    codes = rng.normal(size=(patients, 3, 4))[owner] + 1e-3 * rng.normal(size=(len(owner), 3, 4))
+    names = np.array([f"patient-{index}" for index in owner])
+    labels = same_size_clusters(codes, k, groups=names)
+    assert labels.shape == owner.shape and len(np.unique(labels)) == patients // k
+    for cluster in np.unique(labels):
+        assert len(np.unique(owner[labels == cluster])) >= k  # at least k distinct patients
+    for patient in range(patients):
+        assert len(np.unique(labels[owner == patient])) == 1  # a patient's images never mixed into two clusters
+    if per_patient >= k:  # the image-level clustering does put one patient's photographs together
+        image_level = same_size_clusters(codes, k)
+        assert min(len(np.unique(owner[image_level == cluster])) for cluster in np.unique(image_level)) < k
+
+
+def test_patient_clusters_validation():
+    with pytest.raises(ValueError, match="at least k = 3 distinct groups"):
+        same_size_clusters(np.zeros((6, 2)), 3, groups=["a", "a", "b", "b", "b", "b"])
+    with pytest.raises(ValueError, match="one group per code"):
+        same_size_clusters(np.zeros((6, 2)), 2, groups=["a", "b"])
+
+
 def test_same_size_clusters_validation():
     with pytest.raises(ValueError, match="at least k = 4"):
         same_size_clusters(np.zeros((3, 2)), 4)
@@ -343,6 +369,13 @@ def test_k_salsa_synthesize_end_to_end(generator, feature_taps):
         k_salsa_synthesize(generator, codes, feature_taps)
     with pytest.raises(ValueError, match="member_images"):
         k_salsa_synthesize(generator, codes, feature_taps, k=3, member_images=torch.zeros(6, 3, 32, 32))
+    # Patients as the unit: 7 images of 4 patients, k = 2 -> 2 clusters of 2 patients each.
+    patients = np.array(["a", "a", "b", "c", "c", "d", "d"])
+    grouped = k_salsa_synthesize(generator, codes, feature_taps, k=2, groups=patients, num_steps=1)
+    np.testing.assert_array_equal(grouped.labels, same_size_clusters(codes, 2, groups=patients))
+    assert grouped.aligned_images.shape[0] == 2
+    with pytest.raises(ValueError, match="groups"):
+        k_salsa_synthesize(generator, codes, feature_taps, labels=result.labels, groups=patients)
 
 
 # ---------------------------------------------------------------------------------------------------------------

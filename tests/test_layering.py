@@ -1,4 +1,5 @@
-"""Imports run one way: runtime/cache <- data, metrics <- models <- methods, train <- experiments <- runner, cli.
+"""Imports run one way: runtime/cache <- data, metrics <- models <- methods, train <- audit <- experiments <- runner,
+cli.
 
 Every ``import anonpaper.X`` / ``from anonpaper.X import ...`` in the package (top-level or inside a function) is
 read from the source with :mod:`ast` and must not reach a higher layer than the importing module's. Same-layer
@@ -23,8 +24,9 @@ LAYERS: dict[str, int] = {
     "data": 1, "metrics": 1,
     "models": 2,
     "methods": 3, "train": 3,
-    "experiments": 4,
-    "runner": 5, "cli": 5,
+    "audit": 4,
+    "experiments": 5,
+    "runner": 6, "cli": 6,
 }
 
 

@@ -418,9 +418,9 @@ def test_claims_ledger_summarises_first_and_separates_paper_claims_from_phantom_
                                                          claim("p2", "paper", "undecided", by_design="built in")]}]
     text = claims_ledger_markdown(records, "smoke")
     assert text.index("## Summary") < text.index("## X") < text.index("## Y")
-    assert "| Y | 2: 0 hold, 1 do not, 1 undecided | 0: 0 hold, 0 do not, 0 undecided |" in text
+    assert "| {doc}`Y <chapters/01_y>` | 0 / 1 / 1 | none |" in text, "the intro's summary: holds / not / undecided"
     assert "**Checks of the phantom cohorts**" in text.split("## Y")[0]
-    assert "undecided (by design)" in text and "By design: built in" in text
+    assert "*undecided* (by design)" in text and "by design: built in" in text
     assert "ours" in text and "a: 0.5" in text
 
 
@@ -470,3 +470,168 @@ def test_chapter_banner_keeps_cell_ids_unique():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         nbformat.validate(nbformat.reads(json.dumps(annotated), as_version=4))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reproduce --jobs: studies side by side along the dependency order
+# ---------------------------------------------------------------------------------------------------------------
+def _graph_registry(tmp_path):
+    """A registry shaped like the study's: s0 first; s1, s2, s6 after s0; s3, s4, s5 after s2."""
+    from anonpaper.runner.studies import Registry, Study
+
+    depends = {"s0": [], "s1": ["s0"], "s2": ["s0"], "s3": ["s2"], "s4": ["s2"], "s5": ["s2"], "s6": ["s0"]}
+    studies = {name: Study(name=name, title=name.upper(), notebook=tmp_path / f"{name}.ipynb", depends_on=deps)
+               for name, deps in depends.items()}
+    return Registry(root=tmp_path, profiles={"smoke": {}}, studies=studies), depends
+
+
+class _FakeLauncher:
+    """Runs nothing: notes when each study started and ended and the threads it was given; fails on request."""
+
+    def __init__(self, failing=(), seconds=0.3):
+        self.failing, self.seconds = set(failing), seconds
+        self.spans: dict[str, tuple[float, float]] = {}
+        self.threads: dict[str, int] = {}
+
+    def __call__(self, study, threads):
+        from anonpaper.runner.execute import RunOutcome
+
+        start = time.perf_counter()
+        time.sleep(self.seconds)
+        self.spans[study.name] = (start, time.perf_counter())
+        self.threads[study.name] = threads
+        ok = study.name not in self.failing
+        return RunOutcome(study.name, "smoke", ok, False, Path(), Path(), self.seconds, None if ok else "boom")
+
+
+def test_jobs_respect_the_dependency_order_and_run_side_by_side(tmp_path, monkeypatch):
+    import anonpaper.runner.execute as execute
+
+    monkeypatch.setattr(execute, "available_cores", lambda: 8)
+    registry, depends = _graph_registry(tmp_path)
+    launcher = _FakeLauncher()
+    messages: list[str] = []
+    assert reproduce(registry, "smoke", build=False, jobs=3, launch=launcher, log=messages.append) == 0
+    assert set(launcher.spans) == set(depends)
+    for name, dependencies in depends.items():
+        for dependency in dependencies:
+            assert launcher.spans[dependency][1] <= launcher.spans[name][0], f"{name} started before {dependency} ended"
+    moments = sorted({moment for span in launcher.spans.values() for moment in span})
+    most_at_once = max(sum(start <= moment < end for start, end in launcher.spans.values()) for moment in moments)
+    assert most_at_once == 3, "three independent studies (s1, s2, s6 or s3-s5) run at once, never more"
+    assert set(launcher.threads.values()) == {8 // 3}
+    started = [message for message in messages if ": starting" in message]
+    finished = [message for message in messages if "done in" in message]
+    assert len(started) == len(finished) == len(depends) and all(message.startswith("[") for message in finished)
+
+
+def test_a_failed_job_stops_only_its_dependants(tmp_path):
+    registry, depends = _graph_registry(tmp_path)
+    launcher = _FakeLauncher(failing={"s2"})
+    messages: list[str] = []
+    assert reproduce(registry, "smoke", build=False, jobs=2, launch=launcher, log=messages.append) == 1
+    assert set(launcher.spans) == {"s0", "s1", "s2", "s6"}, "s3-s5 wait on s2; s1 and s6 do not"
+    assert any("s3: not run, because s2 failed" in message for message in messages)
+    assert any("s2: FAILED" in message and "boom" in message for message in messages)
+    assert messages[-1].startswith("failed: s2, s3, s4, s5;")
+    assert any(message.startswith("3/7 studies ok") for message in messages)
+
+
+def test_jobs_one_is_the_one_at_a_time_loop(tmp_path, monkeypatch):
+    """--jobs 1 (the default) runs studies in this process through run_study, as before --jobs existed."""
+    import anonpaper.runner.execute as execute
+
+    registry, depends = _graph_registry(tmp_path)
+    order = []
+
+    def fake_run_study(registry, name, profile, **kwargs):
+        order.append(name)
+        return execute.RunOutcome(name, profile, name != "s1", False, Path(), Path())
+
+    monkeypatch.setattr(execute, "run_study", fake_run_study)
+    monkeypatch.setattr(execute, "run_side_by_side", None)  # must not be reached
+    assert reproduce(registry, "smoke", build=False, log=_quiet) == 1
+    assert order == [study.name for study in registry.ordered()]
+
+
+def test_each_job_gets_its_thread_share_in_its_environment(fixture_project, monkeypatch):
+    """The default launcher starts `anonpaper run` with OMP/MKL threads = cores // jobs in the environment."""
+    import anonpaper.runner.execute as execute
+
+    launched = []
+
+    class FakeProcess:
+        def __init__(self, command, env, **kwargs):
+            launched.append((command, env))
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(execute, "available_cores", lambda: 6)
+    monkeypatch.setattr(execute.subprocess, "Popen", FakeProcess)
+    assert reproduce(load_registry(fixture_project), "smoke", build=False, jobs=2, log=_quiet) == 0
+    assert [command[command.index("run") + 1] for command, _ in launched] == ["fixture_a", "fixture_b"]
+    for command, env in launched:
+        assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "3"
+        assert command[:3] == [sys.executable, "-m", "anonpaper.cli"] and "--profile" in command
+    assert (fixture_project / "runs" / "smoke" / "fixture_a.log").is_file()
+
+
+def test_jobs_run_real_notebooks_in_their_own_processes_and_resume(fixture_project, monkeypatch):
+    import anonpaper.runner.execute as execute
+
+    monkeypatch.setattr(execute, "available_cores", lambda: 4)
+    registry = load_registry(fixture_project)
+    runs = fixture_project / "runs" / "smoke"
+    messages: list[str] = []
+    assert reproduce(registry, "smoke", build=False, jobs=2, log=messages.append) == 0
+    for name in ("fixture_a", "fixture_b"):
+        record = read_record(runs / f"{name}.json")
+        assert record["status"] == "ok" and record["environment"]["torch_threads"] == 2, "4 cores // 2 jobs"
+        assert "done in" in (runs / f"{name}.log").read_text()
+    again: list[str] = []
+    monkeypatch.setattr(execute.subprocess, "Popen", None)  # a finished study starts no process
+    assert reproduce(registry, "smoke", build=False, jobs=2, log=again.append) == 0
+    assert sum("skipped, unchanged" in message for message in again) == 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# publish refuses a dirty checkout
+# ---------------------------------------------------------------------------------------------------------------
+def test_publish_refuses_uncommitted_changes_and_names_them(fixture_project, capsys):
+    def git(*arguments):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *arguments], cwd=fixture_project,
+                       check=True, capture_output=True)
+
+    git("init", "-q")
+    git("add", "notebooks", "book")
+    git("commit", "-q", "-m", "fixture")
+    _fake_run(fixture_project / "runs" / "smoke", "fixture_a", "2026-11-23T10:00:00+00:00")
+    params = fixture_project / "notebooks" / "params.yaml"
+    params.write_text(params.read_text() + "\n# edited\n")
+    command = ["--project", str(fixture_project), "publish", "--profile", "smoke"]
+    assert cli_main(command) == 2
+    error = capsys.readouterr().err
+    assert "uncommitted changes (notebooks/params.yaml)" in error and "nothing was published" in error
+    assert not (fixture_project / "results").exists()
+    git("commit", "-q", "-am", "edit")
+    assert cli_main(command) == 0
+    assert (fixture_project / "results" / "smoke" / "fixture_a.json").is_file()
+
+
+def test_records_name_the_processor_and_the_cpu_arithmetic(monkeypatch):
+    """Floating-point results are bit-identical per processor capability, caps and threads: the record says which."""
+    import torch
+
+    from anonpaper.runtime import environment_info, processor_name
+
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    environment = environment_info()
+    assert environment["processor"] == processor_name() and environment["processor"] not in ("", "unknown")
+    assert environment["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert environment["cpu_caps"] == {"ATEN_CPU_CAPABILITY": "avx2"}
+    if Path("/proc/cpuinfo").is_file():
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+        assert not names or processor_name() == names[0]

@@ -6,7 +6,8 @@ Alignment", ECCV 2022. The method, as the paper and its public code (hcholab/k-s
 1. Invert every private image into the W+ space of a StyleGAN (the paper: a ReStyle/pSp encoder over a 512 px
    StyleGAN2-ADA; here any W+ codes, e.g. from :func:`anonpaper.models.stylegan.project`).
 2. Group the codes into clusters of at least k images (:func:`same_size_clusters`), the k-anonymity unit: one
-   synthetic image is released per cluster.
+   synthetic image is released per cluster. With several images per patient, pass the patients as ``groups``:
+   then clusters hold at least k distinct patients and each patient's images stay in one cluster.
 3. Start from the cluster's latent centroid (:func:`cluster_centroids`; ``G(centroid)`` is the "centroid"
    baseline, :func:`latent_centroid_images`) and optimise W+ with Adam so that the synthetic image keeps the
    members' content (deep features) and their local style (Gram matrices of early features on a grid of patches):
@@ -78,8 +79,13 @@ def _pairwise_distances(points: np.ndarray) -> np.ndarray:
     return np.sqrt(np.maximum(distances, 0.0))
 
 
-def same_size_clusters(codes: Any, k: int) -> np.ndarray:
+def same_size_clusters(codes: Any, k: int, groups: Any = None) -> np.ndarray:
     """Greedy same-size grouping of latent codes into ``N // k`` clusters of at least ``k`` members.
+
+    With ``groups`` (e.g. the patient of every image) the unit of k-anonymity is the group, not the image: each
+    group's codes are averaged, the group means are clustered as below into ``G // k`` clusters of at least ``k``
+    groups, and every image joins its group's cluster. So a cluster holds at least ``k`` distinct groups (a k = 2
+    cluster is never two photographs of one patient) and no group is split across clusters.
 
     The k-SALSA grouping (Jeon et al., ECCV 2022), Euclidean on flattened codes: while at least ``k`` points are
     unassigned, take the unassigned point with the largest summed distance to the other unassigned points (the
@@ -104,22 +110,27 @@ def same_size_clusters(codes: Any, k: int) -> np.ndarray:
 
     Args:
         codes: ``(N, L, D)`` W+ codes or ``(N, D)`` vectors (tensor or array, finite), ``N >= k``.
-        k: Minimum cluster size (the k of k-anonymity), ``>= 1``.
+        k: Minimum cluster size (the k of k-anonymity), ``>= 1``: images, or groups when ``groups`` is given.
+        groups: Optional ``(N,)`` group of every code (any hashable labels); needs at least ``k`` groups.
 
     Returns:
-        ``int64 (N,)`` cluster index of every point, in ``[0, N // k)``; clusters are numbered in the order they
-        are formed.
+        ``int64 (N,)`` cluster index of every point, in ``[0, N // k)`` (with ``groups``: ``[0, G // k)``); clusters
+        are numbered in the order they are formed.
 
     Raises:
-        ValueError: On invalid codes, ``k < 1`` or ``N < k``.
+        ValueError: On invalid codes or groups, ``k < 1`` or fewer than ``k`` codes (groups).
 
     Example:
         >>> labels = same_size_clusters(np.array([[0.0], [0.1], [5.0], [5.1], [5.2]]), k=2)
         >>> labels.tolist()
         [0, 0, 1, 1, 1]
+        >>> same_size_clusters(np.array([[0.0], [0.1], [5.0], [5.1]]), k=2, groups=["a", "a", "b", "c"]).tolist()
+        [0, 0, 0, 0]
     """
     points = _flat_codes(codes)
     k = check_positive_int(k, "k")
+    if groups is not None:
+        return _group_clusters(points, k, groups)
     count = points.shape[0]
     if count < k:
         raise ValueError(f"codes: expected at least k = {k} codes to form one cluster, observed {count}")
@@ -144,6 +155,19 @@ def same_size_clusters(codes: Any, k: int) -> np.ndarray:
         to_centroid = ((points[leftovers, None, :] - founders[None, :, :]) ** 2).sum(axis=2)
         labels[leftovers] = np.argmin(to_centroid, axis=1)
     return labels
+
+
+def _group_clusters(points: np.ndarray, k: int, groups: Any) -> np.ndarray:
+    """:func:`same_size_clusters` with groups as the unit: cluster the groups' mean codes, then map back."""
+    names = np.asarray(groups)
+    if names.shape != (points.shape[0],):
+        raise ValueError(f"groups: expected one group per code, shape ({points.shape[0]},), observed {names.shape}")
+    unique, inverse = np.unique(names, return_inverse=True)
+    if unique.size < k:
+        raise ValueError(f"groups: expected at least k = {k} distinct groups to form one cluster, observed "
+                         f"{unique.size}")
+    means = np.stack([points[inverse == index].mean(axis=0) for index in range(unique.size)])
+    return same_size_clusters(means, k)[inverse]
 
 
 def _check_cluster_labels(labels: Any, count: int | None = None) -> np.ndarray:
@@ -604,6 +628,7 @@ def k_salsa_synthesize(
     *,
     k: int | None = None,
     labels: Any = None,
+    groups: Any = None,
     member_images: torch.Tensor | None = None,
     progress: bool = False,
     **alignment: Any,
@@ -619,6 +644,8 @@ def k_salsa_synthesize(
         feature_taps: As in :func:`local_style_alignment`.
         k: Cluster size for :func:`same_size_clusters`; give exactly one of ``k`` and ``labels``.
         labels: Precomputed ``(N,)`` cluster labels.
+        groups: Optional ``(N,)`` group (patient) of every code: with ``k``, clusters of at least ``k`` groups
+            (see :func:`same_size_clusters`).
         member_images: Optional ``(N, C, H, W)`` private images in ``[0, 1]`` (style targets).
         progress: Show a tqdm bar over clusters.
         **alignment: Keyword arguments of :func:`local_style_alignment` (steps, weights, taps, ...).
@@ -630,7 +657,10 @@ def k_salsa_synthesize(
         raise ValueError(f"expected exactly one of k and labels, observed k={k!r} and labels "
                          f"{'given' if labels is not None else 'None'}")
     codes = _as_float_tensor(codes, "codes")
-    clusters = same_size_clusters(codes, k) if labels is None else _check_cluster_labels(labels, codes.shape[0])
+    if groups is not None and labels is not None:
+        raise ValueError("groups: give them with k (the clustering uses them), not with precomputed labels")
+    clusters = same_size_clusters(codes, k, groups) if labels is None else _check_cluster_labels(labels,
+                                                                                                 codes.shape[0])
     if member_images is not None:
         member_images = check_images(member_images, "member_images")
         if member_images.shape[0] != codes.shape[0]:

@@ -5,8 +5,15 @@ uint8 batch ``(N, H, W, C)`` (the Cohort's NumPy layout) or, with :meth:`ImageAn
 ``(H, W)`` / ``(H, W, C)``. Every caller goes through it, so options, aliases, validation and the array <-> tensor
 conversion exist once.
 
-Methods whose options come from the whole dataset (Snow's per-channel means) leave them ``None`` until
-:meth:`ImageAnonymizer.fit` computes them from images (one pass, streamed), as the paper does over its dataset.
+Methods whose options come from the whole dataset (Snow's per-channel means, the constant image's value) leave them
+``None`` until :meth:`ImageAnonymizer.fit` computes them from images (one pass, streamed), as the paper does over its
+dataset. Methods that mix patients (k-same pixel averaging) anonymize a whole set at once and need the patient of
+every image (``needs_patients``); they have no per-image :meth:`ImageAnonymizer.one`.
+
+Registered: ``snow`` and ``vs-snow`` (paper 2); the trivial baselines ``blur`` (Gaussian, ``sigma`` pixels),
+``pixelate`` (``block_size`` pixels), ``gaussian-noise`` (``sigma`` in [0, 1] intensity units), ``constant`` (one
+constant image: the zero-information release) and ``k-same-pixel`` (k-same pixel averaging over clusters of ``k``
+patients, Newton et al. 2005).
 
 Example:
     >>> import numpy as np
@@ -16,17 +23,23 @@ Example:
     >>> out.shape, out.dtype, sorted(np.unique(out[..., 0]).tolist())
     ((2, 8, 8, 3), dtype('uint8'), [10, 200])
     >>> sorted(available())
-    ['snow', 'vs-snow']
+    ['blur', 'constant', 'gaussian-noise', 'k-same-pixel', 'pixelate', 'snow', 'vs-snow']
+    >>> ksame = get("k-same-pixel", k=2)
+    >>> ksame(np.array([[[[0]]], [[[10]]], [[[100]]], [[[110]]]], dtype=np.uint8), seed=0,
+    ...       patients=["a", "b", "c", "d"]).ravel().tolist()
+    [5, 5, 105, 105]
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where a method runs: `anonpaper anonymize --help` reads this without it
+    import torch
 
 
 @dataclass(frozen=True)
@@ -38,10 +51,13 @@ class MethodSpec:
         summary: One line for ``--help`` and listings.
         defaults: Accepted option names and defaults (``None``: no default; see ``dataset_options``).
         apply: ``apply(images, masks, seed, options) -> images``: uint8 tensors ``(N, C, H, W)`` in and out,
-            ``masks`` bool ``(N, H, W)`` or None.
+            ``masks`` bool ``(N, H, W)`` or None; a method with ``needs_patients`` also gets ``patients=`` (an
+            ``(N,)`` array of patient ids).
         validate: Raises ValueError on bad option values (called by :func:`get`).
         aliases: Short option names (``{"p": "replace_fraction"}``).
         needs_masks: Whether ``apply`` needs region masks (e.g. vessels).
+        needs_patients: Whether ``apply`` anonymizes a whole set at once and needs each image's patient (methods
+            that mix patients, e.g. k-same); such a method has no per-image :meth:`ImageAnonymizer.one`.
         dataset_options: ``dataset_options(images) -> options`` for the options left ``None`` that the method
             computes over a dataset; ``images`` is an iterable of uint8 ``(H, W, C)`` images of one channel count.
     """
@@ -53,6 +69,7 @@ class MethodSpec:
     validate: Callable[[dict[str, Any]], None] = lambda options: None
     aliases: dict[str, str] = field(default_factory=dict)
     needs_masks: bool = False
+    needs_patients: bool = False
     dataset_options: Callable[[Iterable[np.ndarray]], dict[str, Any]] | None = None
 
 
@@ -136,13 +153,16 @@ class ImageAnonymizer:
         computed = self.method.dataset_options(images)
         return self.with_options(**{name: value for name, value in computed.items() if self.options[name] is None})
 
-    def __call__(self, images: np.ndarray, *, seed: int, masks: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, images: np.ndarray, *, seed: int, masks: np.ndarray | None = None,
+                 patients: Any = None) -> np.ndarray:
         """Anonymize a batch.
 
         Args:
             images: uint8 ``(N, H, W, C)``. Not modified.
             seed: Seed of the method's random draws for this batch.
             masks: bool ``(N, H, W)`` region masks for methods that need them.
+            patients: ``(N,)`` patient id of each image, for methods that need them (``needs_patients``): the
+                whole set goes in one call.
 
         Returns:
             uint8 ``(N, H, W, C)``, a new array.
@@ -152,17 +172,31 @@ class ImageAnonymizer:
                              f"{getattr(images, 'dtype', type(images).__name__)} {getattr(images, 'shape', '')}")
         if self.needs_fit:
             raise ValueError(f"{self.name}: dataset options are missing; call .fit(images) or pass them")
+        import torch
+
         if self.method.needs_masks:
             if masks is None or np.shape(masks) != images.shape[:3]:
                 raise ValueError(f"{self.name} needs masks of shape {images.shape[:3]}, got "
                                  f"{None if masks is None else np.shape(masks)}")
             masks = torch.from_numpy(np.ascontiguousarray(masks))
+        extra = {}
+        if self.method.needs_patients:
+            ids = np.asarray(patients if patients is not None else [], dtype=object)
+            if ids.shape != images.shape[:1]:
+                raise ValueError(f"{self.name} needs the patient of every image: patients of shape {images.shape[:1]}, "
+                                 f"got {None if patients is None else ids.shape}")
+            if any(value is None or str(value).strip() in ("", "nan") for value in ids):
+                raise ValueError(f"{self.name}: every image needs a patient id (a missing one was given)")
+            extra["patients"] = ids.astype(str)
         batch = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))
-        result = self.method.apply(batch, masks, int(seed), self.options)
+        result = self.method.apply(batch, masks, int(seed), self.options, **extra)
         return result.numpy().transpose(0, 2, 3, 1)
 
     def one(self, image: np.ndarray, *, seed: int, mask: np.ndarray | None = None) -> np.ndarray:
         """Anonymize one uint8 image ``(H, W)`` or ``(H, W, C)``; returns the same shape."""
+        if self.method.needs_patients:
+            raise ValueError(f"{self.name} mixes patients and anonymizes a whole set at once: call it on the batch "
+                             "with patients=")
         if not isinstance(image, np.ndarray) or image.ndim not in (2, 3):
             raise ValueError(f"{self.name}: image must be an array (H, W) or (H, W, C), got "
                              f"{getattr(image, 'shape', type(image).__name__)}")
@@ -182,16 +216,28 @@ def get(name: str, **options: Any) -> ImageAnonymizer:
 # ---------------------------------------------------------------------------------------------------------------
 # Snow and VS-Snow (paper 2)
 # ---------------------------------------------------------------------------------------------------------------
+def _channel_values(values: Any, option: str) -> list[float] | None:
+    """A per-channel option (a list of numbers, RGB order, 0-255) as a list, or None; ValueError otherwise."""
+    if values is None:
+        return None
+    if hasattr(values, "tolist"):  # numpy arrays and torch tensors
+        values = values.tolist()
+    if (not isinstance(values, (list, tuple)) or not values
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)):
+        raise ValueError(f"option {option} must be a list of numbers (RGB order, 0-255), got {values!r}")
+    return [float(v) for v in values]
+
+
+def _dataset_channel_mean(images: Iterable[np.ndarray]) -> list[float]:
+    from anonpaper.methods.snow import channel_mean
+
+    return channel_mean(images, channels_last=True).tolist()
+
+
 def _snow_validate(options: dict[str, Any]) -> None:
     from anonpaper.methods.snow import Snow
 
-    means = options["channel_mean"]
-    if means is not None:
-        if isinstance(means, (np.ndarray, torch.Tensor)):
-            means = means.tolist()
-        if (not isinstance(means, (list, tuple)) or not means
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in means)):
-            raise ValueError(f"option channel_mean must be a list of numbers (RGB order, 0-255), got {means!r}")
+    means = _channel_values(options["channel_mean"], "channel_mean")
     Snow(options["replace_fraction"], tuple(means or (0.0,)), options["mask_mode"], options["sampling"])
 
 
@@ -203,9 +249,7 @@ def _snow_apply(images: torch.Tensor, masks, seed: int, options: dict[str, Any])
 
 
 def _snow_dataset_options(images: Iterable[np.ndarray]) -> dict[str, Any]:
-    from anonpaper.methods.snow import channel_mean
-
-    return {"channel_mean": channel_mean(images, channels_last=True).tolist()}
+    return {"channel_mean": _dataset_channel_mean(images)}
 
 
 def _vs_snow_validate(options: dict[str, Any]) -> None:
@@ -231,3 +275,100 @@ register(MethodSpec(
                             "neighbours", apply=_vs_snow_apply, validate=_vs_snow_validate,
     aliases={"p": "replace_fraction"}, needs_masks=True,
     defaults={"replace_fraction": 0.3, "window_size": 5, "sampling": "bernoulli"}))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Trivial baselines: blur, pixelation, noise, a constant image, k-same pixel averaging
+# ---------------------------------------------------------------------------------------------------------------
+def _number(options: dict[str, Any], name: str, minimum: float, *, whole: bool = False, unit: str = "") -> None:
+    value = options[name]
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) and value >= minimum
+    if ok and whole:
+        ok = float(value) == int(value)
+    if not ok:
+        kind = "a whole number" if whole else "a finite number"
+        raise ValueError(f"option {name} must be {kind} >= {minimum:g}{unit}, got {value!r}")
+
+
+def _to_unit(images: torch.Tensor) -> torch.Tensor:
+    """uint8 (N, C, H, W) -> float32 in [0, 1] (the methods' convention)."""
+    import torch
+
+    return images.to(torch.float32) / 255.0
+
+
+def _to_uint8(images: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return (images * 255.0).round().clamp(0, 255).to(torch.uint8)
+
+
+def _blur_apply(images: torch.Tensor, masks, seed: int, options: dict[str, Any]) -> torch.Tensor:
+    from anonpaper.methods.baselines import gaussian_blur
+
+    return _to_uint8(gaussian_blur(_to_unit(images), float(options["sigma"])))
+
+
+def _pixelate_apply(images: torch.Tensor, masks, seed: int, options: dict[str, Any]) -> torch.Tensor:
+    from anonpaper.methods.baselines import pixelate
+
+    return _to_uint8(pixelate(_to_unit(images), int(options["block_size"])))
+
+
+def _noise_apply(images: torch.Tensor, masks, seed: int, options: dict[str, Any]) -> torch.Tensor:
+    from anonpaper.methods.baselines import gaussian_noise
+
+    return _to_uint8(gaussian_noise(_to_unit(images), float(options["sigma"]), seed))
+
+
+def _constant_validate(options: dict[str, Any]) -> None:
+    values = _channel_values(options["value"], "value")
+    if values is not None and not all(0.0 <= v <= 255.0 for v in values):
+        raise ValueError(f"option value must hold numbers in [0, 255], got {values!r}")
+
+
+def _constant_apply(images: torch.Tensor, masks, seed: int, options: dict[str, Any]) -> torch.Tensor:
+    from anonpaper.methods.baselines import constant_images
+
+    values = _channel_values(options["value"], "value")
+    if len(values) not in (1, images.shape[1]):
+        raise ValueError(f"value must hold one value per channel ({images.shape[1]}), got {len(values)}")
+    return _to_uint8(constant_images(_to_unit(images), [v / 255.0 for v in values]))
+
+
+def _k_same_apply(images: torch.Tensor, masks, seed: int, options: dict[str, Any], *,
+                  patients: np.ndarray) -> torch.Tensor:
+    from anonpaper.methods.ksalsa import k_same_pixel_average, same_size_clusters
+
+    k = int(options["k"])
+    pixels = _to_unit(images).double()
+    # Clusters of at least k patients in pixel space (each patient's images stay in one cluster); every image is
+    # released as the mean of all images of its cluster.
+    labels = same_size_clusters(pixels.flatten(1).numpy(), k, groups=patients)
+    return _to_uint8(k_same_pixel_average(pixels, labels)[labels])
+
+
+register(MethodSpec(
+    name="blur", summary="Gaussian blur of standard deviation sigma pixels (a trivial baseline)",
+    apply=_blur_apply, validate=lambda options: _number(options, "sigma", 0, unit=" (pixels)"),
+    defaults={"sigma": 2.0}))
+register(MethodSpec(
+    name="pixelate", summary="every block_size x block_size block replaced by its mean (a trivial baseline)",
+    apply=_pixelate_apply, validate=lambda options: _number(options, "block_size", 1, whole=True),
+    aliases={"block": "block_size"}, defaults={"block_size": 4}))
+register(MethodSpec(
+    name="gaussian-noise", summary="additive Gaussian noise of standard deviation sigma (0-1 intensity units; a "
+                                   "trivial baseline)",
+    apply=_noise_apply, validate=lambda options: _number(options, "sigma", 0, unit=" (intensity units, 1 = full "
+                                                                                    "range)"),
+    defaults={"sigma": 0.1}))
+register(MethodSpec(
+    name="constant", summary="one constant image for every image, the dataset's channel mean unless value is given "
+                             "(the zero-information release)",
+    apply=_constant_apply, validate=_constant_validate,
+    dataset_options=lambda images: {"value": _dataset_channel_mean(images)}, defaults={"value": None}))
+register(MethodSpec(
+    name="k-same-pixel", summary="k-same pixel averaging: every image replaced by the mean image of its cluster of "
+                                 "at least k patients (Newton et al. 2005)",
+    apply=_k_same_apply, validate=lambda options: _number(options, "k", 1, whole=True), needs_patients=True,
+    defaults={"k": 5}))

@@ -7,9 +7,25 @@ Notebook-side API (import cheaply; papermill is only imported by the executing s
     results.metric("attacker_accuracy/original", 0.81)
     results.claim("snow-privacy", "Attacker accuracy falls as p rises", paper="0.83 -> 0.62", ours=..., holds=...)
     results.save()
+
+The names are imported on first use (PEP 562), so the command line's ``anonpaper.runner.studies`` does not pull in
+the records' claims and the libraries behind them.
 """
 
-from anonpaper.runner.record import Results
-from anonpaper.runner.studies import study_config
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from anonpaper.runner.record import Results
+    from anonpaper.runner.studies import study_config
+
+_HOMES = {"Results": "anonpaper.runner.record", "study_config": "anonpaper.runner.studies"}
 __all__ = ["Results", "study_config"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

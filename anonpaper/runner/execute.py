@@ -11,6 +11,11 @@ removes an older failure's files), a failure becomes ``NAME.failed.ipynb`` (part
 ``NAME.failed.json`` (``status: failed`` and the traceback) beside them, so the last successful run survives
 and the book keeps using it.
 
+``reproduce --jobs J`` runs chapters whose dependencies have finished side by side, each as its own
+``anonpaper run`` process with ``max(1, cores // J)`` OpenMP/MKL threads (PyTorch's threads spin-wait, so two
+chapters that each take every core slow each other down several times), its output in ``NAME.log`` beside its
+record, and one line per chapter start and finish on the console.
+
 Kernels run over IPC sockets (no TCP port, so ipykernel has nothing unencrypted to warn about), and are shut
 down without the interrupt jupyter_client sends first, which a kernel still inside a message handler (as after a
 failed cell) logs as ``KeyboardInterrupt caught in kernel``.
@@ -21,9 +26,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
+import threading
 import time
 import traceback
 import uuid
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -309,28 +318,46 @@ def _strip_ansi(text: str) -> str:
 
 
 def reproduce(registry: Registry, profile: str, force: bool = False, build: bool = True,
-              runs_dir: Path | None = None, only: list[str] | None = None, log: Callable[[str], None] = print) -> int:
+              runs_dir: Path | None = None, only: list[str] | None = None, log: Callable[[str], None] = print,
+              jobs: int = 1, launch: Callable[[Study, int], RunOutcome] | None = None) -> int:
     """Run every study in dependency order (finished ones are skipped), then build the book.
 
-    A study whose dependency failed is not run. Returns a process exit code: 0 when everything succeeded.
+    A study whose dependency failed is not run; the others go on. Returns a process exit code: 0 when everything
+    succeeded.
+
+    Args:
+        jobs: Studies run at once. 1 runs them one after another in this process; more runs each ready study
+            (all its dependencies finished) as its own process, see :func:`run_side_by_side`.
+        launch: With ``jobs > 1``, ``launch(study, threads) -> RunOutcome`` runs one study (default: an
+            ``anonpaper run`` process, :func:`run_in_process`); tests pass a fake.
+
+    Raises:
+        ValueError: Unknown profile or study, ``jobs < 1``, or (with ``jobs > 1``, before anything starts) a
+            study whose profile parameters are refused.
     """
     registry.check_profile(profile)
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"--jobs must be a whole number >= 1, got {jobs!r}")
     studies = registry.ordered()
     if only:
         wanted = {registry.study(name).name for name in only}
         studies = [study for study in studies if study.name in wanted]
     failed: set[str] = set()
     clock = time.perf_counter()
-    for position, study in enumerate(studies, start=1):
-        log(f"[{position}/{len(studies)}] {study.name}: {study.title}")
-        blocked = [dependency for dependency in study.depends_on if dependency in failed]
-        if blocked:
-            log(f"{study.name}: not run, because {', '.join(blocked)} failed")
-            failed.add(study.name)
-            continue
-        outcome = run_study(registry, study.name, profile, force=force, runs_dir=runs_dir, log=log)
-        if not outcome.ok:
-            failed.add(study.name)
+    if jobs > 1:
+        failed = run_side_by_side(registry, studies, profile, jobs, force=force, runs_dir=runs_dir, log=log,
+                                  launch=launch)
+    else:
+        for position, study in enumerate(studies, start=1):
+            log(f"[{position}/{len(studies)}] {study.name}: {study.title}")
+            blocked = [dependency for dependency in study.depends_on if dependency in failed]
+            if blocked:
+                log(f"{study.name}: not run, because {', '.join(blocked)} failed")
+                failed.add(study.name)
+                continue
+            outcome = run_study(registry, study.name, profile, force=force, runs_dir=runs_dir, log=log)
+            if not outcome.ok:
+                failed.add(study.name)
     log(f"{len(studies) - len(failed)}/{len(studies)} studies ok at profile {profile!r} "
         f"in {time.perf_counter() - clock:.0f} s")
     if failed:
@@ -341,3 +368,141 @@ def reproduce(registry: Registry, profile: str, force: bool = False, build: bool
 
         return build_book(registry, profile, runs_dir=runs_dir, log=log)
     return 0
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the system has one, else all)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def thread_environment(threads: int) -> dict[str, str]:
+    """The variables that cap a kernel's OpenMP / MKL threads (PyTorch reads ``OMP_NUM_THREADS`` at start)."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def run_in_process(registry: Registry, study: Study, profile: str, threads: int, force: bool = False,
+                   runs_dir: Path | None = None, processes: dict[str, subprocess.Popen] | None = None) -> RunOutcome:
+    """Run one study as an ``anonpaper run`` process with ``threads`` OpenMP/MKL threads, its output in
+    ``runs/<profile>/<study>.log``; skipped without a process when :func:`run_study` would skip it.
+
+    Args:
+        processes: Where the live process is kept under the study's name while it runs (so an interrupted
+            ``reproduce`` can stop it).
+    """
+    output_dir = registry.runs_dir(profile, runs_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    paths = run_paths(output_dir, study.name)
+    injected, _ = resolve_parameters(study, profile)
+    if not force and record_is_current(paths["record"], fingerprint(study, injected)):
+        return RunOutcome(study.name, profile, True, True, paths["notebook"], paths["record"])
+    command = [sys.executable, "-m", "anonpaper.cli", "--project", str(registry.root), "run", study.name,
+               "--profile", profile]
+    if runs_dir is not None:
+        command += ["--runs-dir", str(runs_dir)]
+    if force:
+        command.append("--force")
+    log_path = output_dir / f"{study.name}.log"
+    clock = time.perf_counter()
+    with open(log_path, "w") as stream:
+        process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env={**os.environ, **thread_environment(threads)})
+        if processes is not None:
+            processes[study.name] = process
+        try:
+            code = process.wait()
+        finally:
+            if processes is not None:
+                processes.pop(study.name, None)
+    seconds = time.perf_counter() - clock
+    if code == 0:
+        return RunOutcome(study.name, profile, True, False, paths["notebook"], paths["record"], seconds)
+    where = f"record {paths['failed_record']}, " if paths["failed_record"].is_file() else ""
+    return RunOutcome(study.name, profile, False, False, paths["failed_notebook"], paths["failed_record"], seconds,
+                      error=f"exit code {code}; {where}log {log_path}")
+
+
+def run_side_by_side(registry: Registry, studies: list[Study], profile: str, jobs: int, force: bool = False,
+                     runs_dir: Path | None = None, log: Callable[[str], None] = print,
+                     launch: Callable[[Study, int], RunOutcome] | None = None) -> set[str]:
+    """Run ``studies`` (in dependency order) up to ``jobs`` at a time, each as soon as its dependencies finished.
+
+    Each gets ``max(1, cores // jobs)`` threads. The same skip rule as :func:`run_study` applies; a study that
+    fails stops only the studies that depend on it (within ``studies``: a dependency outside them is taken as
+    done, as in the one-at-a-time loop). The console gets one line per study start and finish, with the time since
+    the start; each study's own output goes to its log.
+
+    Returns:
+        The names of the studies that failed or were not run because a dependency failed.
+
+    Raises:
+        ValueError: A study's profile parameters are refused (checked for all before any starts).
+    """
+    threads = max(1, available_cores() // jobs)
+    processes: dict[str, subprocess.Popen] = {}
+    if launch is None:
+        for study in studies:  # refuse bad parameters before any chapter starts, not halfway through
+            resolve_parameters(study, profile)
+
+        def launch(study: Study, threads: int) -> RunOutcome:
+            return run_in_process(registry, study, profile, threads, force=force, runs_dir=runs_dir,
+                                  processes=processes)
+
+    selected = {study.name for study in studies}
+    pending = list(studies)
+    finished: set[str] = set()
+    failed: set[str] = set()
+    running: dict[Future, tuple[Study, float]] = {}
+    clock = time.perf_counter()
+    lock = threading.Lock()
+
+    def say(message: str) -> None:
+        with lock:
+            log(f"[{time.perf_counter() - clock:7.1f} s] {message}")
+
+    say(f"{len(studies)} studies, up to {jobs} at a time, {threads} thread{'s' if threads > 1 else ''} each "
+        f"(OMP_NUM_THREADS, MKL_NUM_THREADS); each study's output goes to its .log in "
+        f"{registry.runs_dir(profile, runs_dir)}")
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        try:
+            while pending or running:
+                for study in list(pending):
+                    dependencies = [name for name in study.depends_on if name in selected]
+                    blocked = [name for name in dependencies if name in failed]
+                    if blocked:
+                        pending.remove(study)
+                        failed.add(study.name)
+                        say(f"{study.name}: not run, because {', '.join(blocked)} failed")
+                    elif len(running) < jobs and all(name in finished for name in dependencies):
+                        pending.remove(study)
+                        say(f"{study.name}: starting ({study.title})")
+                        running[pool.submit(launch, study, threads)] = (study, time.perf_counter())
+                if not running:
+                    if pending:  # each pass starts or refuses every ready study, so these wait on later ones
+                        raise ValueError(f"studies {[study.name for study in pending]} are not in dependency order")
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    study, started = running.pop(future)
+                    try:
+                        outcome = future.result()
+                    except Exception as error:  # the launcher itself failed (no process, unwritable log...)
+                        outcome = RunOutcome(study.name, profile, False, False, Path(), Path(),
+                                             error=f"{type(error).__name__}: {error}")
+                    seconds = time.perf_counter() - started
+                    if outcome.ok:
+                        finished.add(study.name)
+                        what = ("skipped, unchanged since its last successful run" if outcome.skipped
+                                else f"done in {seconds:.1f} s")
+                        say(f"{study.name}: {what} ({len(finished) + len(failed)}/{len(studies)} finished)")
+                    else:
+                        failed.add(study.name)
+                        say(f"{study.name}: FAILED after {seconds:.1f} s ({outcome.error}); studies that do not "
+                            f"depend on it go on")
+        except KeyboardInterrupt:
+            for process in list(processes.values()):
+                process.terminate()
+            raise
+    return failed

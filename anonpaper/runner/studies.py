@@ -10,12 +10,12 @@ Layout of ``params.yaml``::
       00_cohorts:
         title: "The phantom cohorts"
         depends_on: []
-        config: anonpaper.experiments.cohorts.Config   # the chapter's config class (the source of defaults)
+        config: anonpaper.experiments.cohorts.config.Config   # the chapter's config class (the source of defaults)
         parameters:            # what smoke and paper change; quick is the config's defaults
           smoke: {N_PATIENTS: 12}
           paper: {N_PATIENTS: 1000}
 
-A chapter's defaults live in its config dataclass (``config: anonpaper.experiments.<chapter>.Config``, see
+A chapter's defaults live in its config dataclass (``config: anonpaper.experiments.<chapter>.config.Config``, see
 :mod:`anonpaper.experiments.chapter`), whose ``parameters_cell()`` is the notebook's tagged ``parameters`` cell;
 its fields (upper-cased) are the parameters, with their annotated types and ``metadata["help"]``, and the dataclass
 itself validates a full set of values before any kernel starts. ``params.yaml`` only lists what a profile changes,
@@ -274,6 +274,26 @@ def import_config(path: str) -> type:
     return config
 
 
+def _config_specs(config: type, profile_values: dict[str, list[Any]]) -> dict[str, ParameterSpec]:
+    """The parameter specs of a config dataclass: its fields upper-cased, their defaults, annotated types (else the
+    types of the default and the profiles' values, ``profile_values``) and ``metadata["help"]``."""
+    hints = typing.get_type_hints(config)
+    specs: dict[str, ParameterSpec] = {}
+    for config_field in dataclasses.fields(config):
+        name = config_field.name.upper()
+        if config_field.default is not dataclasses.MISSING:
+            default = config_field.default
+        elif config_field.default_factory is not dataclasses.MISSING:
+            default = config_field.default_factory()
+        else:
+            default = None
+        kinds, items = _annotation_types(hints.get(config_field.name))
+        if not kinds:
+            kinds = _types_of([default, *profile_values.get(name, [])])
+        specs[name] = ParameterSpec(name, default, kinds, items, config_field.metadata.get("help", ""))
+    return specs
+
+
 @dataclass
 class Study:
     """One notebook of the study."""
@@ -311,29 +331,24 @@ class Study:
     def parameter_specs(self) -> dict[str, ParameterSpec]:
         """Every parameter with its default, accepted types and help, in the order the notebook lists them.
 
-        From the config dataclass when the registry names one, else from the ``parameters`` cell's literals.
+        From the config dataclass when the registry names one, else from the ``parameters`` cell's literals. The
+        config module is read without its chapter package's ``__init__`` (which imports the chapter's pipeline and
+        torch; see :mod:`anonpaper.runner.light_import`), so ``anonpaper list -v`` answers at once; a config named
+        through its package (``anonpaper.experiments.<chapter>.Config``) is imported the ordinary way.
         """
         profile_values: dict[str, list[Any]] = {}
         for values in self.profile_parameters.values():
             for name, value in (values or {}).items():
                 profile_values.setdefault(name, []).append(value)
-        specs: dict[str, ParameterSpec] = {}
         if self.config:
-            config = import_config(self.config)
-            hints = typing.get_type_hints(config)
-            for config_field in dataclasses.fields(config):
-                name = config_field.name.upper()
-                if config_field.default is not dataclasses.MISSING:
-                    default = config_field.default
-                elif config_field.default_factory is not dataclasses.MISSING:
-                    default = config_field.default_factory()
-                else:
-                    default = None
-                kinds, items = _annotation_types(hints.get(config_field.name))
-                if not kinds:
-                    kinds = _types_of([default, *profile_values.get(name, [])])
-                specs[name] = ParameterSpec(name, default, kinds, items, config_field.metadata.get("help", ""))
-            return specs
+            from anonpaper.runner.light_import import package_inits_skipped
+
+            try:
+                with package_inits_skipped():  # read everything inside: the modules are forgotten after it
+                    return _config_specs(import_config(self.config), profile_values)
+            except ValueError:
+                return _config_specs(self.config_class(), profile_values)
+        specs: dict[str, ParameterSpec] = {}
         for name, (default, literal, help_text) in parse_parameters_cell(self.parameters_cell()).items():
             kinds: tuple[type, ...] = ()
             items: tuple[type, ...] = ()

@@ -6,8 +6,9 @@ paper-beside-ours tables, the claims and the figures.
 """
 
 from anonpaper.experiments.gmia.analysis import (PAPER_MIA, PAPER_TABLE1, PAPER_TABLE2, PAPER_TABLE3, PAPER_TABLE4,
-                                                 attackers_table, budget_table, linkability_table, margin_table,
-                                                 membership_table, not_reproduced, privacy_utility_points, quality_table,
+                                                 attackers_table, budget_table, instruments_table, linkability_table,
+                                                 margin_table, membership_table, not_reproduced,
+                                                 privacy_utility_points, quality_table, singling_out_attackers_table,
                                                  singling_out_table, table1, training_table, utility_table)
 from anonpaper.experiments.gmia.claims import evaluate_claims
 from anonpaper.experiments.gmia.config import Config
@@ -15,7 +16,8 @@ from anonpaper.experiments.gmia.figures import plot_examples, plot_optimisation,
 from anonpaper.experiments.gmia.pipeline import GMIAData, Outcome, data_summary, load_data, run, variants
 
 __all__ = ["Config", "GMIAData", "Outcome", "PAPER_MIA", "PAPER_TABLE1", "PAPER_TABLE2", "PAPER_TABLE3",
-           "PAPER_TABLE4", "attackers_table", "budget_table", "data_summary", "evaluate_claims", "linkability_table",
-           "load_data", "margin_table", "membership_table", "not_reproduced", "plot_examples", "plot_optimisation",
-           "plot_privacy_utility", "plot_training", "privacy_utility_points", "quality_table", "run",
-           "singling_out_table", "table1", "training_table", "utility_table", "variants"]
+           "PAPER_TABLE4", "attackers_table", "budget_table", "data_summary", "evaluate_claims", "instruments_table",
+           "linkability_table", "load_data", "margin_table", "membership_table", "not_reproduced", "plot_examples",
+           "plot_optimisation", "plot_privacy_utility", "plot_training", "privacy_utility_points", "quality_table",
+           "run", "singling_out_attackers_table", "singling_out_table", "table1", "training_table", "utility_table",
+           "variants"]

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from anonpaper.experiments.gmia.pipeline import (BLUR, CO_RECON, E_RECON, ID_ONLY, PIXELATE, REAL, UT_ONLY, Outcome,
-                                                 main_name)
+from anonpaper.experiments.gmia.pipeline import (BLUR, CO_RECON, E_RECON, ID_ONLY, INDEPENDENT, PIXELATE, REAL,
+                                                 UT_ONLY, Outcome, adaptive_name, main_name)
 
 QUALITY_METRICS = ("PSNR", "SSIM", "IW-SSIM", "LPIPS (domain)")
 PAPER_TABLE1 = {CO_RECON: {"PSNR": 24.319, "SSIM": 0.968, "IW-SSIM": 0.602, "LPIPS (domain)": 0.340},
@@ -93,42 +93,78 @@ def linkability_table(outcome: Outcome, attacker: str = "fixed") -> pd.DataFrame
 
 
 def attackers_table(outcome: Outcome) -> pd.DataFrame:
-    """Fixed against adaptive attacker on the main setting and the blur baseline: outer TAR (own anonymisation
-    accepted) and stranger acceptance per image, inner TAR, with patient-bootstrap SEs."""
+    """Every attacker on the sets it attacks: the fixed attacker (E_id's recipe, another seed), the independent one
+    (another architecture) and each adaptive one (retrained on the set's anonymised training images): its outer TAR
+    (own anonymisation accepted, with SE), the stranger acceptance, the threshold-free "own closer" share and outer
+    AUC (0.5 = unlinkable, with SEs; below 0.5 = pushed to the opposite identity) and its inner TAR and AUC."""
     frame = outcome.linkability
     rows = []
-    for name in (outcome.main, BLUR):
-        for attacker in ("fixed", f"adaptive ({name})"):
+    sets = [outcome.main, BLUR, PIXELATE, UT_ONLY]
+    for name in sets:
+        for attacker in ("fixed", INDEPENDENT, adaptive_name(name)):
             part = frame[(frame["attacker"] == attacker) & (frame["set"] == name)].set_index("risk")
             if part.empty:
                 continue
-            rows.append({"set": name, "attacker": "fixed" if attacker == "fixed" else "adaptive",
+            rows.append({"set": name, "attacker": "adaptive" if attacker.startswith("adaptive") else attacker,
                          "outer TAR": part.loc["outer", "tar_image"], "outer TAR SE": part.loc["outer", "tar_image_se"],
                          "stranger accepted": part.loc["outer", "stranger_image"],
                          "own closer": part.loc["outer", "own_closer"],
-                         "inner TAR": part.loc["inner", "tar_image"], "outer AUC": part.loc["outer", "auc"]})
+                         "own closer SE": part.loc["outer", "own_closer_se"],
+                         "outer AUC": part.loc["outer", "auc"], "outer AUC SE": part.loc["outer", "auc_se"],
+                         "inner TAR": part.loc["inner", "tar_image"], "inner AUC": part.loc["inner", "auc"]})
     return pd.DataFrame(rows).set_index(["set", "attacker"])
 
 
-def singling_out_table(outcome: Outcome) -> pd.DataFrame:
-    """Table 4: hidden rate and local cloaking of every set in the fixed attacker's embedding space, beside the
-    paper's (its test set: 1,641 images, so its LC is on another scale than ours)."""
+def instruments_table(outcome: Outcome) -> pd.DataFrame:
+    """Every instrument the claims rest on: its measured value, its floor from the config (a ceiling where marked)
+    and whether it passed; a claim resting on a failed instrument is undecided."""
+    from anonpaper.experiments.gmia.claims import instruments
+
+    rows = [{"instrument": item.name, "value": item.value, "floor": item.floor,
+             "kind": "floor" if item.higher_is_better else "ceiling", "passed": item.passed}
+            for item in instruments(outcome).values()]
+    return pd.DataFrame(rows).set_index("instrument")
+
+
+def singling_out_table(outcome: Outcome, attacker: str = "fixed") -> pd.DataFrame:
+    """Table 4: hidden rate and local cloaking of every set in one attacker's embedding space (the fixed one by
+    default), beside the paper's (its test set: 1,641 images, so its LC is on another scale than ours)."""
+    frame = outcome.singling_out
+    if "attacker" in frame.columns:
+        frame = frame[frame["attacker"] == attacker]
     rows = []
-    for row in outcome.singling_out.itertuples(index=False):
+    for row in frame.itertuples(index=False):
         rows.append({"set": row.set, "HR": row.hidden_rate, "HR SE": row.hidden_rate_se, "LC": row.local_cloaking,
                      "HR paper": _paper(PAPER_TABLE4, row.set, 0), "LC paper": _paper(PAPER_TABLE4, row.set, 1),
                      "test images": row.n})
     return pd.DataFrame(rows).set_index("set")
 
 
+def singling_out_attackers_table(outcome: Outcome) -> pd.DataFrame:
+    """The hidden rate of ``L_id + L_ut`` and of ``L_ut`` only for every attacker (the singling-out claims)."""
+    frame = outcome.singling_out
+    rows = []
+    for attacker_label, attacker_of in (("fixed", lambda name: "fixed"), (INDEPENDENT, lambda name: INDEPENDENT),
+                                        ("adaptive", adaptive_name)):
+        row = {"attacker": attacker_label}
+        for name in (outcome.main, UT_ONLY):
+            part = frame[(frame["attacker"] == attacker_of(name)) & (frame["set"] == name)]
+            row[f"HR {name}"] = float(part["hidden_rate"].iloc[0]) if len(part) else np.nan
+            row[f"HR {name} SE"] = float(part["hidden_rate_se"].iloc[0]) if len(part) else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("attacker")
+
+
 def membership_table(outcome: Outcome) -> pd.DataFrame:
-    """Membership inference: members detected among each set's training images (the paper: 0 for anonymised
-    images), non-members rejected among its test images, balanced accuracy; the real row also gives the attacker's
-    accuracy on its own training data (the paper: 0.968)."""
+    """Membership inference on held-out patients: members detected among each set's training images (the paper: 0
+    for anonymised images) with SE, non-members rejected among its test images, their balanced accuracy (0.5 =
+    chance) with SE; the real row also gives the attackers' accuracy on their own training images (the paper's
+    0.968 is that kind of number)."""
     frame = outcome.membership.set_index("set")
     frame = frame.rename(columns={"members_detected": "members detected", "members_detected_se": "SE",
                                   "non_members_rejected": "non-members rejected",
                                   "balanced_accuracy": "balanced accuracy",
+                                  "balanced_accuracy_se": "balanced accuracy SE",
                                   "attacker_training_accuracy": "attacker training accuracy"})
     frame["paper"] = np.nan
     frame.loc[REAL, "paper"] = PAPER_MIA["attacker_training_accuracy"]
@@ -138,16 +174,21 @@ def membership_table(outcome: Outcome) -> pd.DataFrame:
 
 
 def margin_table(outcome: Outcome) -> pd.DataFrame:
-    """The margin ablation (privacy against utility over m): E_id's final cosine to the original; for the fixed
+    """The margin ablation (privacy against utility over m): E_id's final cosine to the original and the share of
+    test images whose cosine reached the margin (below the config's floor the margin did not bind); for the fixed
     attacker the share of other patients' anonymisations farther from a real image than its own ("own closer":
     0.5 = unlinkable, 1 = always linked; threshold-free, so it does not saturate at TAR 0), the outer and inner TAR;
     the hidden rate, the utility AUROC and the PSNR, per margin (loosest first)."""
     link = outcome.linkability[outcome.linkability["attacker"] == "fixed"].set_index(["set", "risk"])
-    singling = outcome.singling_out.set_index("set")
+    singling = outcome.singling_out
+    if "attacker" in singling.columns:
+        singling = singling[singling["attacker"] == "fixed"]
+    singling = singling.set_index("set")
     utility = outcome.utility.set_index("training set")
     rows = []
     for row in outcome.margins.itertuples(index=False):
         rows.append({"m": row.margin, "E_id cosine": row.final_cosine,
+                     "reached m": getattr(row, "reached", np.nan),
                      "own closer": link.loc[(row.set, "outer"), "own_closer"],
                      "own closer SE": link.loc[(row.set, "outer"), "own_closer_se"],
                      "outer TAR": link.loc[(row.set, "outer"), "tar_image"],
@@ -201,6 +242,6 @@ def not_reproduced(outcome: Outcome, claims) -> list[str]:
 
 
 __all__ = ["not_reproduced", "PAPER_MIA", "PAPER_TABLE1", "PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PIXELATE",
-           "attackers_table", "budget_table", "linkability_table", "margin_table", "membership_table",
-           "privacy_utility_points", "quality_table", "singling_out_table", "table1", "training_table",
-           "utility_table"]
+           "attackers_table", "budget_table", "instruments_table", "linkability_table", "margin_table",
+           "membership_table", "privacy_utility_points", "quality_table", "singling_out_attackers_table",
+           "singling_out_table", "table1", "training_table", "utility_table"]

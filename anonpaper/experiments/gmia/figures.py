@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from anonpaper.experiments.gmia.analysis import privacy_utility_points
+from anonpaper.experiments.plotting import label_points
 from anonpaper.experiments.gmia.pipeline import (BLUR, CO_RECON, E_RECON, ID_ONLY, PIXELATE, REAL, UT_ONLY, Outcome,
                                                  main_name)
 
@@ -44,7 +45,6 @@ def plot_privacy_utility(outcome: Outcome) -> plt.Figure:
         color = "tab:blue" if name in margins else ("tab:gray" if name in (BLUR, PIXELATE) else "tab:orange")
         axis.errorbar(row["own closer"], row["AUROC"], xerr=2 * row["own closer SE"], yerr=2 * row["AUROC SE"],
                       fmt="o", color=color, capsize=2)
-        axis.annotate(name, (row["own closer"], row["AUROC"]), fontsize=7, xytext=(4, 3), textcoords="offset points")
     real = outcome.utility.set_index("training set").loc[REAL, "AUROC"]
     axis.axhline(real, color="tab:green", linestyle="--", linewidth=1, label="trained on real images")
     axis.axvline(0.5, color="gray", linestyle=":", linewidth=1)
@@ -52,6 +52,8 @@ def plot_privacy_utility(outcome: Outcome) -> plt.Figure:
     axis.set_ylabel("utility: macro AUROC on real test images")
     axis.legend(fontsize=8, loc="lower right")
     figure.tight_layout()
+    label_points(axis, points["own closer"].tolist(), points["AUROC"].tolist(), [str(name) for name in points.index],
+                 fontsize=7)
     return figure
 
 

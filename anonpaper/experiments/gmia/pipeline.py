@@ -5,16 +5,16 @@ E-training) -> latent-code optimisation -> image quality, utility, linkability, 
    patients with at least 20), drawn with the chapter's own cohort seed so that the generators chapter's frozen
    generator never saw them, area-downsampled to the generator's resolution; labels are the phantom's five
    findings (multi-label), identities its patients; the patient-level 70/10/20 split.
-2. Instruments (:func:`train_instruments`), trained on the real training split and cached: ``E_id`` (the identity
-   embedding GMIA optimises against: ArcFace, s=64, m=0.5), an independent **fixed attacker** (the same recipe
-   with another seed: the verifier of the linkability protocol, which the optimisation never saw), ``E_ut`` (the
-   multi-label finding classifier, whose penultimate features enter ``L_ut``; it is also the utility classifier
-   trained on real images), the **membership attacker** (real training images vs held-out ones) and the lung U-Net
-   whose feature taps give the **domain LPIPS** (GMIA's VGG LPIPS needs ImageNet weights, which are not offline).
-3. Projection (:func:`project_both`): **co-training** trains E, the synthesis network S and D from scratch on the
-   training split (adversarial + 10 MSE + 10 domain LPIPS, :func:`anonpaper.train.gmia.co_train`); **E-training**
-   trains E alone against the generators chapter's frozen chest X-ray StyleGAN2
-   (:func:`anonpaper.train.gmia.train_encoder`).
+2. Instruments, trained on the real training split and cached: ``E_id`` (the identity embedding GMIA optimises
+   against: ArcFace, s=64, m=0.5), a **fixed attacker** (the same recipe with another seed: the verifier of the
+   paper's linkability protocol, which the optimisation never saw), an **independent attacker** of another
+   architecture (``config.independent_backbone``), ``E_ut`` (the multi-label finding classifier, whose penultimate
+   features enter ``L_ut``; it is also the utility classifier trained on real images) and the lung U-Net whose
+   feature taps give the **domain LPIPS** (GMIA's VGG LPIPS needs ImageNet weights, which are not offline).
+3. Projection: **co-training** trains E, the synthesis network S and D from scratch on the training split
+   (adversarial + 10 MSE + 10 domain LPIPS, :func:`anonpaper.train.gmia.co_train`); **E-training** trains E alone
+   against the generators chapter's frozen chest X-ray StyleGAN2 (:func:`anonpaper.train.gmia.train_encoder`),
+   by default for as many encoder updates as co-training.
 4. Anonymisation (:func:`anonymise_all`): :func:`anonpaper.methods.gmia.anonymize` with the co-trained E and S,
    for the main setting (``L_id + L_ut`` at ``config.margin``, every split), the margin ablation and the loss
    ablation (``L_id`` only, ``L_ut`` only; training and test splits). Beyond the paper: Gaussian blur and
@@ -23,8 +23,10 @@ E-training) -> latent-code optimisation -> image quality, utility, linkability, 
    classifier trained on each training set, tested on the real test set); linkability as verification at the
    fixed attacker's threshold (F1-optimal on real validation pairs): inner risk (pairs of anonymised images) and
    outer risk (each real image with its own anonymisation; the authors' column named FAR is 1 - TAR, reported as
-   such beside the true FAR); singling out (hidden rate, local cloaking) in the attacker's embedding space;
-   membership inference; and an **adaptive attacker** retrained on the anonymised (or blurred) training images.
+   such beside the true FAR; the outer AUC and the per-image "own closer" share, with patient-bootstrap SEs, are
+   threshold-free); singling out (hidden rate, local cloaking) in each attacker's embedding space, for the fixed,
+   the independent and the **adaptive attackers** (retrained on the main setting's, the baselines' and ``L_ut``
+   only's training images); and membership inference on held-out patients (:func:`train_membership_attackers`).
 
 Every network and every anonymised set is cached with :class:`anonpaper.cache.ArtifactCache` under its full
 description; projection trainings checkpoint to ``$ANONPAPER_CACHE/gmia-runs/<key>/`` and resume.
@@ -47,8 +49,8 @@ from anonpaper.experiments.generators import load_generator
 from anonpaper.experiments.gmia.config import Config
 from anonpaper.methods.baselines import blur_to_psnr, gaussian_blur, pixelate, pixelate_to_psnr
 from anonpaper.methods.gmia import LatentOptimizationSettings, anonymize
-from anonpaper.metrics.classification import average_precision
-from anonpaper.metrics.identity import cross_pair_scores, select_threshold
+from anonpaper.metrics.classification import average_precision, balanced_accuracy
+from anonpaper.metrics.identity import cross_pair_scores, select_threshold, verification_auc
 from anonpaper.metrics.privacy import inner_pairs, inner_risk, linkability_as_published, outer_risk, singling_out_risk
 from anonpaper.metrics.quality import domain_lpips, iw_ssim, psnr, ssim
 from anonpaper.metrics.statistics import patient_bootstrap_se
@@ -73,12 +75,24 @@ BLUR = "blur (matched PSNR)"
 PIXELATE = "pixelation (matched PSNR)"
 ID_ONLY = "L_id only"
 UT_ONLY = "L_ut only"
+INDEPENDENT = "independent"
 CACHE = "gmia"
 
 
 def main_name(margin: float) -> str:
     """Name of the ``L_id + L_ut`` setting at margin ``m``."""
     return f"L_id + L_ut, m={margin:g}"
+
+
+def adaptive_name(name: str) -> str:
+    """The ``attacker`` label of the adaptive attacker retrained on set ``name``."""
+    return f"adaptive ({name})"
+
+
+def adaptive_sets(config: Config) -> tuple[str, ...]:
+    """The sets an adaptive attacker is retrained on: the main setting, the two baselines at its PSNR (the
+    comparison at equal fidelity) and ``L_ut`` only (the singling-out comparison)."""
+    return (main_name(config.margin), BLUR, PIXELATE, UT_ONLY)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -174,18 +188,21 @@ def _cached(namespace: str, description: dict, build: Callable[[], dict]) -> tup
 
 
 def train_identity_network(images: np.ndarray, patients: np.ndarray, config: Config, role: str,
-                           device: torch.device | None = None, progress: bool = False) -> tuple[torch.nn.Module, dict]:
+                           device: torch.device | None = None, progress: bool = False,
+                           backbone: str | None = None) -> tuple[torch.nn.Module, dict]:
     """An ArcFace identity embedding (GMIA's E_id recipe: s=64, m=0.5) trained on ``images`` (uint8 (N, R, R)) and
-    their patients; ``role`` ("E_id", "fixed attacker", "adaptive: <set>") seeds it. Returns the network (images
-    in [0, 1] -> unit embeddings (N, D)) and ``{"cached", "seconds", "history", "key"}``."""
-    description = {"role": role, "data": content_hash(images, patients.astype(str)), "backbone": config.identity_backbone,
+    their patients; ``role`` ("E_id", "fixed attacker", "independent attacker", "adaptive: <set>") seeds it and
+    ``backbone`` (default ``config.identity_backbone``) is its architecture. Returns the network (images in [0, 1]
+    -> unit embeddings (N, D)) and ``{"cached", "seconds", "history", "key"}``."""
+    backbone = backbone or config.identity_backbone
+    description = {"role": role, "data": content_hash(images, patients.astype(str)), "backbone": backbone,
                    "dim": config.identity_dim, "epochs": config.identity_epochs, "seed": config.seed}
 
     def build() -> dict:
         started = time.perf_counter()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(config.seed, "identity-init", role))
-            network = EmbeddingNet(1, config.identity_dim, config.identity_backbone)
+            network = EmbeddingNet(1, config.identity_dim, backbone)
         result = train_embedding(network, images, patients, TrainSettings(
             epochs=config.identity_epochs, seed=derive_seed(config.seed, "identity", role), device=device,
             progress=progress))
@@ -220,32 +237,95 @@ def train_finding_classifier(images: np.ndarray, labels: np.ndarray, config: Con
                                       "key": key, "tag": tag}
 
 
-def train_membership_attacker(data: GMIAData, config: Config, device: torch.device | None = None,
-                              progress: bool = False) -> tuple[torch.nn.Module, dict]:
-    """The membership-inference attacker (a binary classifier, class 1 = member): trained on the REAL images,
-    members = the training split (what the co-trained generator and every instrument saw), non-members = the
-    validation and test splits. The authors published no MIA code; this is our reading of "trained on the real
-    dataset and evaluated on the anonymised dataset"."""
-    images = np.concatenate([data.images["train"], data.images["val"], data.images["test"]])
-    members = np.concatenate([np.ones(len(data.images["train"])), np.zeros(len(data.images["val"]) +
-                                                                             len(data.images["test"]))]).astype(np.int64)
-    description = {"data": content_hash(images, members), "backbone": config.utility_backbone,
-                   "epochs": config.attacker_epochs, "seed": config.seed}
+def membership_folds(data: GMIAData, folds: int, seed: int) -> dict[str, np.ndarray]:
+    """The fold (0..F-1) of every image of every split, by patient: members (training-split patients) and
+    non-members (test-split patients first, then validation-split ones) are each shuffled and dealt round-robin, so
+    every fold holds members and, where there are enough test patients, non-members it can be attacked on.
 
-    def build() -> dict:
-        started = time.perf_counter()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(config.seed, "membership-init"))
-            network = build_classifier(config.utility_backbone, 1, 2)
-        # Selected on its own training data: the paper reports the attacker's accuracy "during training".
-        result = train_classifier(network, (images, members), (images, members), TrainSettings(
-            epochs=config.attacker_epochs, batch_size=32, lr=1e-3, lr_schedule="cosine",
-            seed=derive_seed(config.seed, "membership"), device=device, progress=progress))
-        return {"model": result.model.cpu().eval(), "history": result.history, "seconds": time.perf_counter() - started}
+    Raises:
+        ValueError: With fewer than 3 member or non-member patients (an attacker needs a training, a selection and
+            an attacked fold).
+    """
+    rng = np.random.default_rng(derive_seed(seed, "membership-folds"))
+    members = rng.permutation(np.unique(data.patients["train"]))
+    tested = np.unique(data.patients["test"])
+    outsiders = np.concatenate([rng.permutation(tested),
+                                rng.permutation(np.setdiff1d(np.unique(data.patients["val"]), tested))])
+    if len(members) < 3 or len(outsiders) < 3:
+        raise ValueError(f"the membership attack needs at least 3 member and 3 non-member patients, got "
+                         f"{len(members)} and {len(outsiders)}; raise CXR_PATIENTS")
+    fold_of = {int(p): i % folds for i, p in enumerate(members)}
+    fold_of.update({int(p): i % folds for i, p in enumerate(outsiders)})
+    return {split: np.array([fold_of[int(p)] for p in data.patients[split]], dtype=np.int64) for split in SPLITS}
 
-    artifact, cached, key = _cached("membership", description, build)
-    return artifact["model"].eval(), {"cached": cached, "seconds": artifact["seconds"], "history": artifact["history"],
-                                      "key": key}
+
+def balanced_accuracy_or_nan(truth: np.ndarray, predicted: np.ndarray) -> float:
+    """Mean of the true-positive and true-negative rates of 0/1 arrays; NaN unless both classes are present
+    (a bootstrap draw without one class).
+
+    >>> balanced_accuracy_or_nan(np.array([1, 1, 0, 0]), np.array([1, 0, 0, 0]))
+    0.75
+    """
+    truth = np.asarray(truth, bool)
+    if truth.all() or not truth.any():
+        return float("nan")
+    return balanced_accuracy(truth.astype(np.int64), np.asarray(predicted, bool).astype(np.int64))
+
+
+def train_membership_attackers(data: GMIAData, config: Config, device: torch.device | None = None,
+                               progress: bool = False) -> tuple[list[torch.nn.Module], dict]:
+    """The membership-inference attackers (binary classifiers on REAL images, class 1 = member = a training-split
+    image, which the co-trained generator and every instrument saw): one per patient fold (:func:`membership_folds`,
+    ``F`` folds), trained on the real images of the folds other than the attacked one and the next, and selected
+    (best epoch by validation macro-F1) on the next fold's, so none is trained or selected on the images it
+    attacks. The authors published no MIA code; the paper's attacker is "trained on the real dataset and evaluated
+    on the anonymised dataset" and reports its accuracy on its own training data (0.968), which measures
+    memorisation; a held-out attack needs patients the attacker never saw.
+
+    Returns:
+        The F attackers (eval, CPU) and ``{"cached", "seconds", "history", "key", "folds", "training_accuracy"}``
+        (``folds``: split -> fold per image; ``training_accuracy``: accuracy on their own training images, pooled).
+    """
+    folds = min(config.membership_folds, max(3, len(np.unique(data.patients["test"]))))
+    fold = membership_folds(data, folds, config.seed)
+    images = np.concatenate([data.images[split] for split in SPLITS])
+    member = np.concatenate([np.full(len(data.images[split]), split == "train") for split in SPLITS]).astype(np.int64)
+    folds_all = np.concatenate([fold[split] for split in SPLITS])
+    attackers, seconds, cached_all, keys, correct, seen, history = [], 0.0, True, [], 0, 0, None
+    for attacked in range(folds):
+        select = (attacked + 1) % folds
+        train_rows = np.flatnonzero((folds_all != attacked) & (folds_all != select))
+        select_rows = np.flatnonzero(folds_all == select)
+        description = {"data": content_hash(images[train_rows], member[train_rows], images[select_rows],
+                                            member[select_rows]),
+                       "backbone": config.utility_backbone, "epochs": config.attacker_epochs, "seed": config.seed,
+                       "fold": attacked, "folds": folds}
+
+        def build(train_rows=train_rows, select_rows=select_rows, attacked=attacked) -> dict:
+            started = time.perf_counter()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(derive_seed(config.seed, "membership-init", attacked))
+                network = build_classifier(config.utility_backbone, 1, 2)
+            result = train_classifier(network, (images[train_rows], member[train_rows]),
+                                      (images[select_rows], member[select_rows]), TrainSettings(
+                                          epochs=config.attacker_epochs, batch_size=32, lr=1e-3, lr_schedule="cosine",
+                                          seed=derive_seed(config.seed, "membership", attacked), device=device,
+                                          progress=progress))
+            return {"model": result.model.cpu().eval(), "history": result.history,
+                    "seconds": time.perf_counter() - started}
+
+        artifact, cached, key = _cached("membership", description, build)
+        model = artifact["model"].eval()
+        attackers.append(model)
+        seconds += artifact["seconds"]
+        cached_all &= cached
+        keys.append(key)
+        history = artifact["history"] if history is None else history
+        predicted = predict_proba(model, images[train_rows])[:, 1] >= 0.5
+        correct += int((predicted == member[train_rows].astype(bool)).sum())
+        seen += len(train_rows)
+    return attackers, {"cached": cached_all, "seconds": seconds, "history": history, "key": keys, "folds": fold,
+                       "training_accuracy": correct / max(seen, 1)}
 
 
 class DomainLPIPS:
@@ -535,10 +615,11 @@ def utility_row(classifier: torch.nn.Module, data: GMIAData, config: Config, nam
     return row
 
 
-def verification_threshold(attacker: torch.nn.Module, images: np.ndarray, patients: np.ndarray,
+def verification_threshold(attacker: torch.nn.Module, images: np.ndarray | None, patients: np.ndarray,
                            fallback: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[float, str]:
     """The attacker's threshold on the squared distance of unit embeddings, F1-optimal on the pairs of
-    ``images`` (validation), or of ``fallback`` when the validation pairs lack a class. Returns it and its source."""
+    ``images`` (validation), or of ``fallback`` when there are none (None) or their pairs lack a class. Returns it
+    and its source."""
     for source, (pool, ids) in (("validation pairs", (images, patients)), ("training pairs", fallback)):
         if pool is None or len(pool) < 2:
             continue
@@ -546,6 +627,27 @@ def verification_threshold(attacker: torch.nn.Module, images: np.ndarray, patien
         if 0 < same.sum() < len(same):
             return select_threshold(scores, same, higher_means_same=False), source
     raise ValueError("no validation or training pairs with both same- and different-patient pairs")
+
+
+def outer_auc(scores: np.ndarray, images: np.ndarray, patients: np.ndarray) -> float:
+    """The outer verification AUC from a (real x anonymised) score matrix (squared distances: lower = same): the
+    pairs of an image with its own anonymisation (same ``images`` index, so a bootstrap's repeated draws count too)
+    against the pairs of different patients; pairs of one patient's different images are left out, as in
+    :func:`anonpaper.metrics.privacy.outer_risk`. 0.5 = chance; below 0.5 = own anonymisations are FARTHER than
+    strangers'. NaN without both kinds of pair.
+
+    Args:
+        scores: (M, M) scores, row = real image, column = anonymised image.
+        images: (M,) image index of each row / column (equal indices = an image and its own anonymisation).
+        patients: (M,) patient of each row / column.
+    """
+    own = images[:, None] == images[None, :]
+    stranger = patients[:, None] != patients[None, :]
+    if not own.any() or not stranger.any():
+        return float("nan")
+    values = np.concatenate([scores[own], scores[stranger]])
+    labels = np.concatenate([np.ones(int(own.sum()), bool), np.zeros(int(stranger.sum()), bool)])
+    return float(verification_auc(values, labels, higher_means_same=False))
 
 
 def linkability_rows(attacker: torch.nn.Module, threshold: float, data: GMIAData,
@@ -573,9 +675,9 @@ def linkability_rows(attacker: torch.nn.Module, threshold: float, data: GMIAData
         share = np.array([accepted[i, same[i]].mean() if same[i].any() else np.nan for i in range(len(patients))])
         tar, tar_se = _mean_se(share, patients, config, f"link-{attacker_name}-{name}-{risk}")
         rows.append({"attacker": attacker_name, "set": name, "risk": risk, **linkability_as_published(report),
-                     "auc": report["auc"], "tar_image": tar, "tar_image_se": tar_se, "stranger_image": np.nan,
-                     "stranger_image_se": np.nan, "own_closer": np.nan, "own_closer_se": np.nan,
-                     "n": len(patients)})
+                     "auc": report["auc"], "auc_se": np.nan, "tar_image": tar, "tar_image_se": tar_se,
+                     "stranger_image": np.nan, "stranger_image_se": np.nan, "own_closer": np.nan,
+                     "own_closer_se": np.nan, "n": len(patients)})
         per_image[f"{name}/{risk}"] = {"tar": share}
 
     inner_row(real, REAL, "real")
@@ -597,8 +699,13 @@ def linkability_rows(attacker: torch.nn.Module, threshold: float, data: GMIAData
         tar, tar_se = _mean_se(own, patients, config, f"outer-{attacker_name}-{name}")
         stranger_mean, stranger_se = _mean_se(stranger, patients, config, f"stranger-{attacker_name}-{name}")
         rank, rank_se = _mean_se(closer, patients, config, f"rank-{attacker_name}-{name}")
+        rows_index = np.arange(len(patients))
+        auc_se = patient_bootstrap_se(rows_index, rows_index, patients,
+                                      lambda drawn, _: outer_auc(scores[np.ix_(drawn, drawn)], drawn, patients[drawn]),
+                                      config.bootstrap, derive_seed(config.seed, "bootstrap-auc", attacker_name, name))
         row = {"attacker": attacker_name, "set": name, "risk": "outer", **linkability_as_published(published),
-               "auc": full["auc"], "tar_image": tar, "tar_image_se": tar_se, "stranger_image": stranger_mean,
+               "auc": full["auc"], "auc_se": auc_se, "tar_image": tar, "tar_image_se": tar_se,
+               "stranger_image": stranger_mean,
                "stranger_image_se": stranger_se, "own_closer": rank, "own_closer_se": rank_se, "n": len(patients)}
         row["far"] = full["far"]  # the true FAR needs the negative pairs
         rows.append(row)
@@ -607,9 +714,9 @@ def linkability_rows(attacker: torch.nn.Module, threshold: float, data: GMIAData
 
 
 def singling_out_rows(attacker: torch.nn.Module, data: GMIAData, sets: dict[str, dict[str, np.ndarray]],
-                      config: Config) -> list[dict]:
+                      config: Config, attacker_name: str = "fixed") -> list[dict]:
     """Hidden rate and local cloaking of every set's test images in the attacker's embedding space, with the hidden
-    rate's patient-bootstrap SE (higher = less singling-out risk)."""
+    rate's patient-bootstrap SE (higher = less singling-out risk); ``attacker_name`` labels the rows."""
     real, patients = embed(attacker, data.images["test"]), data.patients["test"]
     rows = []
     for name, images in sets.items():
@@ -617,32 +724,42 @@ def singling_out_rows(attacker: torch.nn.Module, data: GMIAData, sets: dict[str,
             continue
         report = singling_out_risk(real, embed(attacker, images["test"]))
         hidden, hidden_se = _mean_se((report["cloaking_counts"] > 0).astype(float), patients, config,
-                                     f"singling-{name}")
-        rows.append({"set": name, "hidden_rate": report["hidden_rate"], "hidden_rate_se": hidden_se,
-                     "local_cloaking": report["local_cloaking"],
+                                     f"singling-{name}" if attacker_name == "fixed" else
+                                     f"singling-{attacker_name}-{name}")
+        rows.append({"attacker": attacker_name, "set": name, "hidden_rate": report["hidden_rate"],
+                     "hidden_rate_se": hidden_se, "local_cloaking": report["local_cloaking"],
                      "mean_cloaking": float(np.mean(report["cloaking_counts"])), "n": len(patients)})
     return rows
 
 
-def membership_rows(attacker: torch.nn.Module, data: GMIAData, sets: dict[str, dict[str, np.ndarray]],
-                    config: Config) -> list[dict]:
-    """Membership inference: the share of each set's TRAINING images the attacker calls members (the paper's
-    "accuracy" on the anonymised set: every one is a member's image), the share of its test images it calls
-    non-members, their balanced accuracy, and, for the real set, the attacker's accuracy on its own training data
-    (the paper's 0.968)."""
+def membership_rows(attackers: list[torch.nn.Module], folds: dict[str, np.ndarray], data: GMIAData,
+                    sets: dict[str, dict[str, np.ndarray]], config: Config,
+                    training_accuracy: float = float("nan")) -> list[dict]:
+    """Membership inference on held-out patients: every training-split image of a set (a member's) and every
+    test-split image (a non-member's) is scored by the attacker of its patient's fold, which never saw that patient.
+    Per set: the share of members called members (``members_detected``; the paper's "accuracy" on the anonymised
+    set, all of whose images are members'), the share of non-members called non-members, their balanced accuracy
+    (0.5 = chance) with its patient-bootstrap SE, and for the real set the attackers' accuracy on their own training
+    images (``attacker_training_accuracy``: the paper's 0.968 measures that)."""
+    truth = np.concatenate([np.ones(len(data.images["train"]), bool), np.zeros(len(data.images["test"]), bool)])
+    patients = np.concatenate([data.patients["train"], data.patients["test"]])
+    fold = np.concatenate([folds["train"], folds["test"]])
     rows = []
     for name, images in sets.items():
-        member = predict_proba(attacker, images["train"])[:, 1] >= 0.5
-        outsider = predict_proba(attacker, images["test"])[:, 1] < 0.5
-        detected, detected_se = _mean_se(member.astype(float), data.patients["train"], config, f"mia-{name}")
-        row = {"set": name, "members_detected": detected, "members_detected_se": detected_se,
-               "non_members_rejected": float(outsider.mean()),
-               "balanced_accuracy": float((member.mean() + outsider.mean()) / 2), "attacker_training_accuracy": np.nan}
-        if name == REAL:
-            rejected_val = predict_proba(attacker, images["val"])[:, 1] < 0.5
-            row["attacker_training_accuracy"] = float(
-                (member.sum() + outsider.sum() + rejected_val.sum()) / (len(member) + len(outsider) + len(rejected_val)))
-        rows.append(row)
+        pool = np.concatenate([images["train"], images["test"]])
+        predicted = np.zeros(len(pool), bool)
+        for index, attacker in enumerate(attackers):
+            chosen = np.flatnonzero(fold == index)
+            if len(chosen):
+                predicted[chosen] = predict_proba(attacker, pool[chosen])[:, 1] >= 0.5
+        accuracy = balanced_accuracy_or_nan(truth, predicted)
+        se = patient_bootstrap_se(truth, predicted, patients, balanced_accuracy_or_nan, config.bootstrap,
+                                  derive_seed(config.seed, "bootstrap-mia", name))
+        detected, detected_se = _mean_se(predicted[truth].astype(float), patients[truth], config, f"mia-{name}")
+        rows.append({"set": name, "members_detected": detected, "members_detected_se": detected_se,
+                     "non_members_rejected": float((~predicted[~truth]).mean()), "balanced_accuracy": accuracy,
+                     "balanced_accuracy_se": se, "n": int(len(pool)),
+                     "attacker_training_accuracy": training_accuracy if name == REAL else np.nan})
     return rows
 
 
@@ -664,15 +781,20 @@ class Outcome:
             images.
         quality_paired: ``metric -> (mean, se)`` of co-training minus E-training per test image.
         utility: Rows (training set, accuracy, AP, AUROC, F1, AUROC_se, n) on the real test set.
-        linkability: Rows of :func:`linkability_rows` for the fixed and the adaptive attackers.
-        singling_out: Rows of :func:`singling_out_rows` (fixed attacker).
+        linkability: Rows of :func:`linkability_rows` for the fixed, the independent and the adaptive attackers.
+        singling_out: Rows of :func:`singling_out_rows` for the same attackers (column ``attacker``).
         membership: Rows of :func:`membership_rows`.
-        margins: Rows (margin, set, final identity cosine of E_id, PSNR) of the margin ablation.
+        margins: Rows (margin, set, final identity cosine of E_id, ``reached``: share of test images whose final
+            cosine reached the margin, PSNR) of the margin ablation.
         curves: Setting -> mean optimisation curves (cosine, identity, utility loss per step).
         thresholds: Attacker -> ``{"threshold", "source"}``.
         baselines: Matched-PSNR baselines' sigma, block size, target PSNR and whether each matched.
-        instruments: Held-out quality of the instruments: identity AUC on real test pairs, E_ut AUROC, lung U-Net
-            Dice.
+        instruments: Held-out quality of the instruments: verification AUC of the fixed (``identity_auc``) and
+            independent attackers on real test pairs, of each adaptive attacker on its set's anonymised test pairs
+            (``adaptive_auc/<set>``), E_ut's macro AUROC, the membership attackers' balanced accuracy on held-out
+            real images, the projector's PSNR, the cohort-mean image's PSNR and their difference (dB), E_ut's macro
+            AUROC and the fixed attacker's outer AUC on the co-training reconstructions, E-training's encoder updates
+            relative to co-training's, and the lung U-Net's Dice.
         examples: Set -> uint8 (k, R, R) test images of several patients (same rows in every set).
         example_patients: The patients of the example rows.
         stage_seconds: Stage -> wall seconds of this run.
@@ -822,29 +944,62 @@ def run(config: Config, generator_config, progress: bool = False, log: Callable[
                                                 (data.images["train"], data.patients["train"]))
     thresholds = {"fixed": {"threshold": threshold, "source": source}}
     link_rows, _ = linkability_rows(attacker, threshold, data, sets, config, "fixed")
-    for name in (main, BLUR):
+    singling = singling_out_rows(attacker, data, sets, config)
+    # An attacker of another architecture, trained on the real training images: not E_id's sibling.
+    independent, info = train_identity_network(data.images["train"], data.patients["train"], config,
+                                               "independent attacker", device, progress,
+                                               backbone=config.independent_backbone)
+    note(f"independent attacker ({config.independent_backbone})", info)
+    value, source = verification_threshold(independent, data.images["val"], data.patients["val"],
+                                           (data.images["train"], data.patients["train"]))
+    thresholds[INDEPENDENT] = {"threshold": value, "source": source}
+    link_rows += linkability_rows(independent, value, data, sets, config, INDEPENDENT)[0]
+    singling += singling_out_rows(independent, data, sets, config, INDEPENDENT)
+    adaptive_auc = {}
+    for name in adaptive_sets(config):
         adaptive, info = train_identity_network(sets[name]["train"], data.patients["train"], config,
                                                 f"adaptive: {name}", device, progress)
         note(f"adaptive attacker on {name}", info)
-        value, source = verification_threshold(adaptive, sets[name]["val"], data.patients["val"],
+        # The ablations have no anonymised validation split: their threshold comes from training pairs.
+        value, source = verification_threshold(adaptive, sets[name].get("val"), data.patients["val"],
                                                (sets[name]["train"], data.patients["train"]))
-        thresholds[f"adaptive ({name})"] = {"threshold": value, "source": source}
+        thresholds[adaptive_name(name)] = {"threshold": value, "source": source}
         rows, _ = linkability_rows(adaptive, value, data, {REAL: sets[REAL], name: sets[name]}, config,
-                                   f"adaptive ({name})")
+                                   adaptive_name(name))
         link_rows += rows
-    singling = singling_out_rows(attacker, data, sets, config)
+        adaptive_auc[name] = float([row for row in rows if row["risk"] == "inner"][0]["auc"])
+        singling += singling_out_rows(adaptive, data, {name: sets[name]}, config, adaptive_name(name))
     stage("linkability and singling out")
-    membership_attacker, info = train_membership_attacker(data, config, device, progress)
-    note("membership attacker", info)
-    membership = membership_rows(membership_attacker, data, sets, config)
+    membership_attackers, info = train_membership_attackers(data, config, device, progress)
+    note("membership attackers (one per patient fold)", info)
+    membership = membership_rows(membership_attackers, info["folds"], data, sets, config, info["training_accuracy"])
     stage("membership inference")
 
     quality_psnr = quality[quality["metric"] == "PSNR"].set_index("set")["value"]
     margin_rows = [{"margin": m, "set": main_name(m), "final_cosine": float(np.mean(cosines[main_name(m)])),
+                    "reached": float(np.mean(np.asarray(cosines[main_name(m)]) <= m)),
                     "PSNR": float(quality_psnr[main_name(m)])} for m in config.margins]
-    real_link = [row for row in link_rows if row["attacker"] == "fixed" and row["risk"] == "real"][0]
-    instruments = {"identity_auc": float(real_link["auc"]), "identity_tar": float(real_link["tar"]),
-                   "utility_auroc": float(utility_rows[0]["AUROC"]), "lpips_val_dice": float(lpips_info["val_dice"])}
+
+    def link_value(attacker_name: str, name: str, risk: str, column: str) -> float:
+        return float([row for row in link_rows if row["attacker"] == attacker_name and row["set"] == name
+                      and row["risk"] == risk][0][column])
+
+    mean_image = np.repeat(data.images["train"].astype(np.float64).mean(0, keepdims=True), len(data.images["test"]), 0)
+    mean_psnr = float(psnr(torch.from_numpy(mean_image)[:, None] / 255.0, data.tensor("test").double()))
+    instruments = {"identity_auc": link_value("fixed", REAL, "real", "auc"),
+                   "identity_tar": link_value("fixed", REAL, "real", "tar"),
+                   "independent_auc": link_value(INDEPENDENT, REAL, "real", "auc"),
+                   **{f"adaptive_auc/{name}": value for name, value in adaptive_auc.items()},
+                   "utility_auroc": float(utility_rows[0]["AUROC"]),
+                   "membership_accuracy": float(membership[0]["balanced_accuracy"]),
+                   "projector_psnr": float(quality_psnr[CO_RECON]), "mean_image_psnr": mean_psnr,
+                   "projector_gain_db": float(quality_psnr[CO_RECON]) - mean_psnr,
+                   "projector_auroc": utility_metrics(data.labels["test"], predict_multilabel(
+                       utility, sets[CO_RECON]["test"]))["AUROC"],
+                   "projector_identity_auc": link_value("fixed", CO_RECON, "outer", "auc"),
+                   "encoder_updates_ratio": config.kimg_steps(config.encoder_kimg)
+                   / config.kimg_steps(config.co_training_kimg),
+                   "lpips_val_dice": float(lpips_info["val_dice"])}
     rows = _example_rows(patients_test)
     examples = {name: images["test"][rows] for name, images in sets.items()}
     return Outcome(config=config, data=data_summary(data), resolution=data.resolution,

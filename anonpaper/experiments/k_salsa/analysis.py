@@ -21,22 +21,29 @@ def inversion_table(outcome: Outcome) -> pd.DataFrame:
 
 
 def clusters_table(outcome: Outcome) -> pd.DataFrame:
-    """Cluster sizes per k (the remainder check), with the mean alignment loss before and after alignment."""
+    """Cluster sizes per k (the remainder check) and, per cluster, the fewest distinct patients and the patients
+    split across clusters (the k-anonymity unit), with the mean alignment loss before and after alignment."""
     return outcome.clusters.merge(outcome.alignment, on="k")
 
 
 def fidelity_table(outcome: Outcome) -> pd.DataFrame:
-    """FD / KID of every method against the private images per k, the real-test small-set reference beside them,
-    and FD(centroid) - FD(k-SALSA) with its paired-bootstrap SE."""
-    frame = outcome.results[["k", "method", "n_synthetic", "fd", "fd_se", "kid", "kid_std"]].copy()
+    """FD / KID of every method against the private images per k, on two feature networks: ``FD-DR-classifier``
+    (the generators chapter's cohort DR classifier, which the alignment never sees: the claims' FD) and
+    ``FD-vessel-unet`` (the U-Net whose taps the alignment optimises, so alignment lowers it by construction: shown,
+    never decisive); the real-test small-set reference beside them."""
+    columns = ["k", "method", "n_synthetic", "fd_dr", "fd_dr_se", "kid_dr", "fd", "fd_se", "kid"]
+    frame = outcome.results[[column for column in columns if column in outcome.results.columns]].copy()
     frame["method"] = pd.Categorical(frame["method"], list(METHODS) + ["real test"], ordered=True)
     frame = frame.sort_values(["k", "method"]).reset_index(drop=True)
     frame["method"] = frame["method"].astype(str)
-    frame = frame.rename(columns={"fd": "FD-vessel-unet", "fd_se": "FD_se", "kid": "KID-vessel-unet",
-                                  "kid_std": "KID_std"})
-    gaps = pd.DataFrame([{"k": k, "FD centroid - k-SALSA": value["difference"], "gap_se": value["difference_se"]}
-                         for k, value in outcome.fd_differences.items()])
-    return frame.merge(gaps, on="k")
+    return frame.rename(columns={"fd_dr": "FD-DR-classifier", "fd_dr_se": "FD-DR SE", "kid_dr": "KID-DR-classifier",
+                                 "fd": "FD-vessel-unet", "fd_se": "FD-unet SE", "kid": "KID-vessel-unet"})
+
+
+def fidelity_gaps_table(outcome: Outcome) -> pd.DataFrame:
+    """FD(baseline) - FD(k-SALSA) per k, feature network and baseline, with paired-bootstrap SEs over clusters
+    (positive = k-SALSA closer to the private images)."""
+    return outcome.fd_gaps.rename(columns={"difference": "FD(baseline) - FD(k-SALSA)", "difference_se": "SE"})
 
 
 def utility_table(outcome: Outcome) -> pd.DataFrame:
@@ -57,11 +64,26 @@ def utility_table(outcome: Outcome) -> pd.DataFrame:
 
 def privacy_table(outcome: Outcome) -> pd.DataFrame:
     """Membership inference (pair classifier) and re-identification (SIFT matcher) top-k precision on held-out
-    clusters, each beside its chance level."""
+    clusters, each beside its chance level and normalised for it, ``(p - c) / (1 - c)`` (0 = chance; comparable
+    across k); with each attacker's training epochs and pairs (its budget is fixed across k)."""
     frame = outcome.results[outcome.results["method"].isin(METHODS)]
-    columns = ["k", "method", "held_out_clusters", "pool", "membership_precision", "membership_se",
-               "membership_chance", "reid_precision", "reid_se", "reid_chance"]
-    return frame[columns].reset_index(drop=True)
+    columns = ["k", "method", "held_out_clusters", "pool", "attacker_epochs", "attacker_pairs",
+               "membership_precision", "membership_se", "membership_chance", "membership_normalised",
+               "membership_normalised_se", "reid_precision", "reid_se", "reid_chance", "reid_normalised"]
+    return frame[[column for column in columns if column in frame.columns]].reset_index(drop=True)
+
+
+def instruments_table(outcome: Outcome) -> pd.DataFrame:
+    """Every instrument the claims rest on: measured value, floor from the config, passed; a claim resting on a
+    failed instrument is undecided. Below: the cohort DR classifier's QWK on the private images themselves (its
+    training images: the ceiling of the reconstruction check)."""
+    from anonpaper.experiments.k_salsa.claims import instruments
+
+    rows = [{"instrument": item.name, "value": item.value, "floor": item.floor, "passed": item.passed}
+            for item in instruments(outcome).values()]
+    rows.append({"instrument": "cohort DR classifier on the private images themselves (reference, no floor)",
+                 "value": outcome.dr_check.get("private_qwk", float("nan")), "floor": float("nan"), "passed": None})
+    return pd.DataFrame(rows).set_index("instrument")
 
 
 def timings_table(outcome: Outcome) -> pd.DataFrame:

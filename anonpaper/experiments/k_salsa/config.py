@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from anonpaper.experiments.chapter import ChapterConfig, parameter
 
 BACKBONES = ("small_cnn", "resnet18d", "resnet26d", "resnet50d")
+CLUSTER_UNITS = ("patient", "image")
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,10 @@ class Config(ChapterConfig):
                                          "k-SALSA summarises; not a multiple of 5, 10 or 20, so clusters with a "
                                          "remainder occur (the paper: the whole training set).")
     k_values: tuple = parameter((2, 5, 10, 20), "Cluster sizes k of k-anonymity (the paper: 2, 5, 10, 20 ...).")
+    cluster_unit: str = parameter("patient", "Unit of k-anonymity: 'patient' (each cluster holds at least k distinct "
+                                             "patients and each patient's images stay in one cluster, so a release "
+                                             "stands for k patients) or 'image' (the paper's clustering of images: "
+                                             "a k = 2 cluster can be two photographs of one patient).")
     projector_steps: int = parameter(200, "Projector Adam steps per image, into W+ without noise maps (the paper "
                                           "inverts with a ReStyle/pSp encoder, 5 refinement iterations; the "
                                           "StyleGAN2-ADA projector recipe: 1000 steps).")
@@ -48,9 +53,21 @@ class Config(ChapterConfig):
     classifier_seeds: int = parameter(3, "DR classifiers trained per release with different seeds; utility is their "
                                          "mean, and its SE includes their spread (a few dozen training images make "
                                          "one classifier's score depend on its seed).")
-    attacker_epochs: int = parameter(15, "Epochs of each membership-inference pair classifier.")
+    attacker_budget: int = parameter(4000, "Training pairs shown to each membership-inference pair classifier "
+                                           "(pairs x epochs), the same at every k: its epochs are this budget over "
+                                           "its number of training pairs, at least 1 (about 15 epochs at quick), "
+                                           "so a change of precision across k is not a change of training.")
     attacker_test_fraction: float = parameter(0.4, "Share of the clusters held out for scoring the membership attack "
                                                    "(the rest train and validate the attacker).")
+    dr_min_qwk: float = parameter(0.4, "Floor of the DR classifiers trained on real images (the chapter's, on the "
+                                       "private images, and the generators chapter's cohort classifier): quadratic "
+                                       "weighted kappa on the real test images. Below it grading is not learnable at "
+                                       "this size and the utility claims are undecided.")
+    generator_label_min_qwk: float = parameter(0.4, "Floor of the generator: the generators chapter's real-trained DR "
+                                                    "classifier must still grade the members' reconstructions G(w) "
+                                                    "(QWK against their true grades). Below it the generator itself "
+                                                    "loses the label, so no latent release can keep it, and the "
+                                                    "utility claims are undecided.")
     min_test_images: int = parameter(40, "Smallest test set (real test images for utility, held-out candidate pool "
                                          "for membership) on which a claim is decided.")
     min_eval_images: int = parameter(20, "Fewest synthetic images at a k for its FD to count in the fidelity claim "
@@ -93,8 +110,14 @@ class Config(ChapterConfig):
              f"CLASSIFIER_EPOCHS must be a positive integer, got {self.classifier_epochs!r}"),
             (isinstance(self.classifier_seeds, int) and self.classifier_seeds >= 1,
              f"CLASSIFIER_SEEDS must be a positive integer, got {self.classifier_seeds!r}"),
-            (isinstance(self.attacker_epochs, int) and self.attacker_epochs >= 1,
-             f"ATTACKER_EPOCHS must be a positive integer, got {self.attacker_epochs!r}"),
+            (self.cluster_unit in CLUSTER_UNITS,
+             f"CLUSTER_UNIT must be one of {CLUSTER_UNITS}, got {self.cluster_unit!r}"),
+            (isinstance(self.attacker_budget, int) and self.attacker_budget >= 1,
+             f"ATTACKER_BUDGET must be a positive integer, got {self.attacker_budget!r}"),
+            (isinstance(self.dr_min_qwk, (int, float)) and -1 < self.dr_min_qwk < 1,
+             f"DR_MIN_QWK must lie in (-1, 1), got {self.dr_min_qwk!r}"),
+            (isinstance(self.generator_label_min_qwk, (int, float)) and -1 < self.generator_label_min_qwk < 1,
+             f"GENERATOR_LABEL_MIN_QWK must lie in (-1, 1), got {self.generator_label_min_qwk!r}"),
             (0.1 <= self.attacker_test_fraction <= 0.8,
              f"ATTACKER_TEST_FRACTION must lie in [0.1, 0.8], got {self.attacker_test_fraction!r}"),
             (isinstance(self.min_test_images, int) and self.min_test_images >= 1,
@@ -107,7 +130,8 @@ class Config(ChapterConfig):
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
-        # Three cluster roles (attacker train, attacker validation, held out) need three clusters at the largest k.
+        # Three cluster roles (attacker train, attacker validation, held out) need three clusters at the largest k
+        # (of images; with CLUSTER_UNIT 'patient' the run also checks the private set's patients).
         if self.private_images < 3 * max(self.k_values):
             raise ValueError(f"PRIVATE_IMAGES must be at least 3 x the largest k ({3 * max(self.k_values)}) so that "
                              f"the attacker has train, validation and held-out clusters, got {self.private_images!r}")

@@ -9,26 +9,31 @@ one synthetic image per cluster by three methods -> fidelity, utility and privac
    encoder trained on the cohort (:func:`train_inversion_encoder`, :func:`encode`) and with the encoder's codes
    refined by a short projection: PSNR / SSIM and seconds of each; ``config.inversion`` picks the codes used.
 3. Per k: same-size clusters on the flattened codes (:func:`anonpaper.methods.ksalsa.same_size_clusters`, the
-   remainder joins the nearest clusters), and three releases of one image per cluster (:func:`synthesize`):
+   remainder joins the nearest clusters); by default the unit is the patient (``config.cluster_unit``: each
+   patient's images stay in one cluster, and a cluster holds at least k distinct patients), and three releases of
+   one image per cluster (:func:`synthesize`):
    k-same pixel averaging of the members, the latent centroid ``G(mean w)``, and k-SALSA's local style alignment
    from the centroid (content: cosine distance of pooled deep features to the members' reconstructions; style:
    patch Gram matrices of early features of the members' real images; features: the cohort-trained vessel U-Net
    of the generators chapter, in place of the paper's MoCo ResNet-50 and VGG19).
 4. Evaluation per (k, method):
 
-   - fidelity (:func:`fidelity`): ``FD-vessel-unet`` and ``KID-vessel-unet`` of the N/k synthetic images against
-     the private images (pooled U-Net encoder features, as the generators chapter), with bootstrap SEs over the
-     synthetic images and a paired bootstrap of the centroid - aligned difference; a random set of as many real
-     test images gives the small-set reference;
+   - fidelity (:func:`fidelity`): ``FD-DR-classifier`` (on the penultimate features of the generators chapter's
+     cohort DR classifier, which the alignment never sees) and, shown only, ``FD-vessel-unet`` (on the U-Net whose
+     taps the alignment optimises) of the synthetic images against the private images, with bootstrap SEs over
+     the synthetic images and paired bootstraps of each baseline - k-SALSA difference; a random set of as many real
+     test images gives the small-set reference; the same DR classifier checks that the generator keeps the grade
+     (:func:`generator_label_check`: its QWK on the members' reconstructions ``G(w)``);
    - utility (:func:`release_utility`): DR classifiers (5 ICDR grades, ``classifier_seeds`` training seeds) trained
      on the synthetic images labelled with their cluster's majority grade, tested on the real test images (accuracy,
      quadratic weighted kappa; SEs from a test-patient bootstrap plus the spread between seeds); the same classifiers
      trained on the private real images are the reference;
    - privacy (:func:`membership_attack`, :func:`reidentification`): the clusters are split into attacker-train,
      attacker-validation and held-out clusters; a pair classifier on [synthetic, candidate] trained on the known
-     clusters scores every (held-out synthetic, held-out candidate) pair, and top-k precision is compared with
-     chance (members / candidates); the cohort's identity matcher (SIFT + homography inliers) scores the same pairs
-     without training.
+     clusters (the same number of training pairs at every k, ``config.attacker_budget``) scores every (held-out
+     synthetic, held-out candidate) pair, and top-k precision is compared with chance (members / candidates) and
+     normalised for it, ``(p - c) / (1 - c)``; the cohort's identity matcher (SIFT + homography inliers) scores the
+     same pairs without training.
 """
 
 from __future__ import annotations
@@ -155,6 +160,50 @@ def features(network, images: torch.Tensor, cohort_size: int) -> np.ndarray:
     if images.shape[-1] != cohort_size:
         images = F.interpolate(images, size=cohort_size, mode="bilinear", align_corners=False).clamp(0, 1)
     return unet_features(network, images)
+
+
+DR_FEATURES = "DR classifier"
+UNET_FEATURES = "vessel U-Net"
+
+
+def cohort_dr_classifier(generator_config: GeneratorsConfig, config: Config, progress: bool = False):
+    """The generators chapter's DR classifier of the fundus cohort (the same cache entry: its backbone, epochs and
+    seed), trained from scratch on the cohort's real training images and selected on its validation split; None
+    when the cohort has no DR label. It never enters the alignment, so it can judge the releases."""
+    from anonpaper.experiments.generators.labels import label_classifier
+
+    return label_classifier(KIND, generator_config, backbone=generator_config.classifier_backbone,
+                            epochs=generator_config.classifier_epochs, device=config.device, progress=progress)
+
+
+@torch.no_grad()
+def classifier_features(model: torch.nn.Module, images: torch.Tensor, batch_size: int = 64) -> np.ndarray:
+    """Penultimate features ``(N, D)`` of a classifier (``forward_features``, average-pooled when it returns maps)
+    on ``[0, 1]`` images ``(N, C, R, R)``, in float64 (the space of ``FD-DR-classifier``)."""
+    model = model.eval().cpu()
+    parts = []
+    for start in range(0, len(images), batch_size):
+        output = model.forward_features(images[start:start + batch_size].float().cpu())
+        parts.append((output.mean(dim=(2, 3)) if output.ndim == 4 else output).double().numpy())
+    return np.concatenate(parts)
+
+
+def generator_label_check(classifier, data: PrivateData, inversion: "Inversion", config: Config) -> dict[str, Any]:
+    """Whether the generator keeps the DR grade: the cohort DR classifier's QWK against the private images' true
+    grades on the images themselves and on their reconstructions ``G(w)`` (the members' images every latent release
+    starts from), and its held-out QWK on the real test split (with a patient-bootstrap SE). NaN values when the
+    cohort has no DR label. The classifier saw most private images in training, so their QWK is an upper bound."""
+    if classifier is None:
+        return {"held_out_qwk": np.nan, "held_out_qwk_se": np.nan, "private_qwk": np.nan,
+                "reconstruction_qwk": np.nan, "source": "the cohort has no DR label"}
+    classes = len(classifier.names)
+    check = classifier.check(config.bootstrap, derive_seed(config.seed, "dr-check"))
+    grades = {name: classifier.probabilities(images).argmax(1)
+              for name, images in (("private", data.private), ("reconstruction", inversion.reconstructions))}
+    return {"held_out_qwk": check["value"], "held_out_qwk_se": check["value_se"],
+            **{f"{name}_qwk": quadratic_weighted_kappa(data.private_grades, predicted, classes)
+               for name, predicted in grades.items()},
+            "source": f"the generators chapter's cohort {classifier.instrument}, checked on its {classifier.source}"}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -302,8 +351,10 @@ def majority_grades(labels: np.ndarray, grades: np.ndarray) -> np.ndarray:
 
 def synthesize(generator, inversion: Inversion, data: PrivateData, taps, k: int, config: Config,
                progress: bool = False) -> Release:
-    """Cluster the codes at ``k`` and release one image per cluster by each method of :data:`METHODS`."""
-    labels = same_size_clusters(inversion.codes, k)
+    """Cluster the codes at ``k`` (clusters of at least k patients, or k images with ``config.cluster_unit``
+    ``"image"``) and release one image per cluster by each method of :data:`METHODS`."""
+    labels = same_size_clusters(inversion.codes, k,
+                                data.private_patients if config.cluster_unit == "patient" else None)
     seconds = {}
     started = time.perf_counter()
     pixel = k_same_pixel_average(data.private, labels).clamp(0, 1)
@@ -326,16 +377,26 @@ def synthesize(generator, inversion: Inversion, data: PrivateData, taps, k: int,
                    seconds=seconds)
 
 
-def cluster_summary(labels: np.ndarray, k: int) -> dict[str, Any]:
-    """Sizes of one clustering: the remainder check (every cluster >= k, every image in exactly one cluster).
+def cluster_summary(labels: np.ndarray, k: int, patients: np.ndarray | None = None) -> dict[str, Any]:
+    """Sizes of one clustering: the remainder check (every cluster >= k, every image in exactly one cluster) and,
+    with ``patients``, the patient check (distinct patients per cluster; patients split across clusters).
 
     >>> cluster_summary(np.array([0, 0, 1, 1, 1]), 2)["min_size"]
     2
+    >>> row = cluster_summary(np.array([0, 0, 1, 1]), 2, np.array(["a", "a", "b", "c"]))
+    >>> row["min_patients"], row["patients_split"]
+    (1, 0)
     """
     sizes = np.bincount(labels)
-    return {"k": k, "images": int(len(labels)), "remainder": int(len(labels) % k), "clusters": int(len(sizes)),
-            "min_size": int(sizes.min()), "max_size": int(sizes.max()),
-            "clusters_above_k": int((sizes > k).sum()), "every_image_once": bool(sizes.sum() == len(labels))}
+    row = {"k": k, "images": int(len(labels)), "remainder": int(len(labels) % k), "clusters": int(len(sizes)),
+           "min_size": int(sizes.min()), "max_size": int(sizes.max()),
+           "clusters_above_k": int((sizes > k).sum()), "every_image_once": bool(sizes.sum() == len(labels))}
+    if patients is not None:
+        distinct = [len(np.unique(patients[labels == cluster])) for cluster in range(len(sizes))]
+        row.update(patients=int(len(np.unique(patients))), min_patients=int(min(distinct)),
+                   patients_split=int(sum(len(np.unique(labels[patients == patient])) > 1
+                                          for patient in np.unique(patients))))
+    return row
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -369,8 +430,8 @@ def fidelity(real_features: np.ndarray, synthetic: dict[str, np.ndarray], refere
         k: Cluster size (seeds).
 
     Returns:
-        ``(per method incl. "real test": {"fd", "fd_se", "kid", "kid_std"}, {"difference": FD(centroid) -
-        FD(k-SALSA), "difference_se": its paired-bootstrap SE})``; SEs are NaN below 2 resamples.
+        ``(per method incl. "real test": {"fd", "fd_se", "kid", "kid_std"}, per baseline method: {"difference":
+        FD(baseline) - FD(k-SALSA), "difference_se": its paired-bootstrap SE})``; SEs are NaN below 2 resamples.
     """
     rows = {}
     sets = {**synthetic, "real test": reference}
@@ -382,9 +443,13 @@ def fidelity(real_features: np.ndarray, synthetic: dict[str, np.ndarray], refere
         rows[name] = {"fd": frechet_distance(real_features, values),
                       "fd_se": float(np.std(draws[name], ddof=1)) if draws else float("nan"),
                       "kid": kid, "kid_std": kid_std}
-    difference = rows["centroid"]["fd"] - rows["k-SALSA"]["fd"]
-    se = float(np.std(draws["centroid"] - draws["k-SALSA"], ddof=1)) if draws else float("nan")
-    return rows, {"difference": difference, "difference_se": se}
+    gaps = {}
+    for baseline in synthetic:
+        if baseline == "k-SALSA":
+            continue
+        se = float(np.std(draws[baseline] - draws["k-SALSA"], ddof=1)) if draws else float("nan")
+        gaps[baseline] = {"difference": rows[baseline]["fd"] - rows["k-SALSA"]["fd"], "difference_se": se}
+    return rows, gaps
 
 
 def train_dr_classifier(images: torch.Tensor, grades: np.ndarray, config: Config, tag: str, device=None):
@@ -468,9 +533,29 @@ def _pool(labels: np.ndarray, clusters: np.ndarray) -> np.ndarray:
 
 
 def _precision_row(result: dict, prefix: str) -> dict[str, float]:
+    """Top-k precision with its SE over held-out clusters, chance, and the precision normalised for chance,
+    ``(p - c) / (1 - c)`` (0 = chance, 1 = perfect; comparable across k, whose chance differs), with its SE."""
     per_cluster = np.asarray(result["per_cluster"], dtype=np.float64)
     se = float(per_cluster.std(ddof=1) / np.sqrt(len(per_cluster))) if len(per_cluster) > 1 else float("nan")
-    return {f"{prefix}_precision": result["precision_at_k"], f"{prefix}_se": se, f"{prefix}_chance": result["chance"]}
+    chance = result["chance"]
+    # A pool of members only (one held-out cluster) has chance 1: every ranking is perfect, nothing is measured.
+    room = 1 - chance if chance < 1 else float("nan")
+    return {f"{prefix}_precision": result["precision_at_k"], f"{prefix}_se": se, f"{prefix}_chance": chance,
+            f"{prefix}_normalised": (result["precision_at_k"] - chance) / room, f"{prefix}_normalised_se": se / room}
+
+
+def attacker_epochs(labels: np.ndarray, clusters: np.ndarray, budget: int) -> tuple[int, int]:
+    """Epochs that show the attacker about ``budget`` training pairs, and its number of pairs: each of the
+    ``clusters``' members is a positive pair with its synthetic image, with as many non-member negatives (capped by
+    the non-members of the pool), as :func:`anonpaper.train.membership.membership_pairs` builds them.
+
+    >>> attacker_epochs(np.array([0, 0, 1, 1, 2, 2]), np.array([0, 1]), 40)
+    (5, 8)
+    """
+    pool = np.isin(labels, clusters)
+    members = np.array([int((labels == cluster).sum()) for cluster in clusters])
+    pairs = int(np.sum(members + np.minimum(members, int(pool.sum()) - members)))
+    return max(1, int(round(budget / max(pairs, 1)))), pairs
 
 
 def membership_attack(synthetic: torch.Tensor, data: PrivateData, labels: np.ndarray, split: dict[str, np.ndarray],
@@ -482,9 +567,18 @@ def membership_attack(synthetic: torch.Tensor, data: PrivateData, labels: np.nda
         return synthetic[split[name]], data.private[pool], cluster_membership(labels[pool], split[name])
 
     torch.manual_seed(derive_seed(config.seed, "attacker-init", tag))
-    settings = TrainSettings(epochs=config.attacker_epochs, lr_schedule="cosine",
-                             seed=derive_seed(config.seed, "attacker", tag), device=device, progress=False)
+    epochs, pairs = attacker_epochs(labels, split["train"], config.attacker_budget)
+    settings = TrainSettings(epochs=epochs, lr_schedule="cosine", seed=derive_seed(config.seed, "attacker", tag),
+                             device=device, progress=False)
     model = train_membership_classifier(part("train"), part("val"), settings).model
+    return {**score_membership(model, synthetic, data, labels, split, k), "attacker_epochs": epochs,
+            "attacker_pairs": pairs}
+
+
+def score_membership(model, synthetic: torch.Tensor, data: PrivateData, labels: np.ndarray,
+                     split: dict[str, np.ndarray], k: int) -> dict[str, float]:
+    """A trained pair classifier's top-k precision on the held-out clusters: every held-out synthetic image ranks
+    every real image of the held-out clusters (members of other held-out clusters are its non-members)."""
     pool = _pool(labels, split["test"])
     scores = membership_attack_scores(model, synthetic[split["test"]], data.private[pool])
     result = cluster_membership_top_k_precision(scores, labels[pool], split["test"], k=k)
@@ -529,9 +623,17 @@ class Outcome:
         results: One row per (k, method) (methods: :data:`METHODS`, plus ``"real test"`` rows with only FD / KID):
             ``n_synthetic``, ``fd``, ``fd_se``, ``kid``, ``kid_std``, ``accuracy``, ``accuracy_se``, ``qwk``,
             ``qwk_se`` (mean over classifier seeds; SE with the seed spread, :func:`over_seeds`), ``n_test``,
-            ``membership_precision``, ``membership_se``, ``membership_chance``, ``pool``,
-            ``held_out_clusters``, ``reid_precision``, ``reid_se``, ``reid_chance``, ``seconds``.
-        fd_differences: k -> ``{"difference": FD(centroid) - FD(k-SALSA), "difference_se"}``.
+            ``membership_precision``, ``membership_se``, ``membership_chance``, ``membership_normalised`` (and its
+            ``_se``: ``(p - c) / (1 - c)``), ``pool``, ``held_out_clusters``, ``attacker_epochs``,
+            ``attacker_pairs``, the same ``reid_*`` columns, ``seconds``; ``fd_dr``, ``fd_dr_se``, ``kid_dr``,
+            ``kid_dr_std`` are FD / KID on the cohort DR classifier's features (``fd``, ``kid``: the vessel
+            U-Net's).
+        fd_gaps: One row per (k, ``features``, ``baseline``): ``difference`` = FD(baseline) - FD(k-SALSA) (positive
+            = k-SALSA closer to the private images) and its paired-bootstrap ``difference_se``; ``features`` is
+            :data:`DR_FEATURES` (the cohort DR classifier, which the alignment never sees: the claims' FD) or
+            :data:`UNET_FEATURES` (the vessel U-Net whose taps the alignment optimises: shown, never decisive).
+        dr_check: The generators chapter's cohort DR classifier (:func:`generator_label_check`): its held-out QWK
+            on the real test split, its QWK on the private images and on their reconstructions ``G(w)``.
         reference: The DR classifier trained on the private real images (utility row) and the majority rate.
         alignment: One row per k: mean alignment loss at the centroid and after alignment.
         examples: k -> {"members": list of ``(M, 3, R, R)`` arrays, method -> ``(S, 3, R, R)``} for a few clusters.
@@ -548,7 +650,8 @@ class Outcome:
     inversions: pd.DataFrame
     clusters: pd.DataFrame
     results: pd.DataFrame
-    fd_differences: dict[int, dict[str, float]]
+    fd_gaps: pd.DataFrame
+    dr_check: dict[str, Any]
     reference: dict[str, float]
     alignment: pd.DataFrame
     examples: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -604,6 +707,17 @@ def run(config: Config, generator_config: GeneratorsConfig, progress: bool = Fal
     count = len(data.private)
     inversion_summary = inversion.summary(config.inversion)
 
+    if config.cluster_unit == "patient" and len(np.unique(data.private_patients)) < 3 * max(config.k_values):
+        raise ValueError(f"the {len(np.unique(data.private_patients))} patients of the {count} private images cannot "
+                         f"form 3 clusters of {max(config.k_values)} patients (attacker train, validation, held out): "
+                         "raise PRIVATE_IMAGES, lower the largest of K_VALUES or set CLUSTER_UNIT 'image'")
+
+    tick = time.perf_counter()
+    grader = cohort_dr_classifier(generator_config, config, progress)
+    dr_check = generator_label_check(grader, data, inversion, config)
+    real_dr = classifier_features(grader.model, data.private) if grader is not None else None
+    stage("cohort DR classifier (generator label check)", tick)
+
     tick = time.perf_counter()
     real_features = features(network, data.private, data.cohort_size)
     private_bank = sift_bank(data.private, data.cohort_size)
@@ -612,12 +726,12 @@ def run(config: Config, generator_config: GeneratorsConfig, progress: bool = Fal
                                        / len(data.test_grades))
     stage("reference DR classifier", tick)
 
-    rows, clusters, differences, alignment, examples = [], [], {}, [], {}
+    rows, clusters, gaps, alignment, examples = [], [], [], [], {}
     for k in config.k_values:
         tick = time.perf_counter()
         release = synthesize(generator, inversion, data, taps, k, config, progress)
         stage(f"k={k}: synthesis", tick)
-        clusters.append(cluster_summary(release.labels, k))
+        clusters.append({**cluster_summary(release.labels, k, data.private_patients), "unit": config.cluster_unit})
         alignment.append({"k": k, "loss_at_centroid": release.alignment_loss[0],
                           "loss_after_alignment": release.alignment_loss[1]})
         tick = time.perf_counter()
@@ -626,18 +740,29 @@ def run(config: Config, generator_config: GeneratorsConfig, progress: bool = Fal
         size = len(release.grades)
         picked = np.random.default_rng(derive_seed(config.seed, "reference-set", k)).choice(
             len(data.test), min(size, len(data.test)), replace=False)
-        fid_rows, differences[k] = fidelity(real_features, synthetic_features,
-                                            features(network, data.test[np.sort(picked)], data.cohort_size), config, k)
+        reference_images = data.test[np.sort(picked)]
+        fid_rows, unet_gaps = fidelity(real_features, synthetic_features,
+                                       features(network, reference_images, data.cohort_size), config, k)
+        gaps += [{"k": k, "features": UNET_FEATURES, "baseline": name, **gap} for name, gap in unet_gaps.items()]
+        if real_dr is not None:
+            dr_rows, dr_gaps = fidelity(real_dr, {name: classifier_features(grader.model, images)
+                                                  for name, images in release.images.items()},
+                                        classifier_features(grader.model, reference_images), config, k)
+            gaps += [{"k": k, "features": DR_FEATURES, "baseline": name, **gap} for name, gap in dr_gaps.items()]
+        else:
+            dr_rows = {name: {"fd": np.nan, "fd_se": np.nan, "kid": np.nan, "kid_std": np.nan} for name in fid_rows}
+        dr_rows = {name: {f"{column}_dr": value for column, value in row.items()} for name, row in dr_rows.items()}
         split = attack_split(size, config, k)
         for method, images in release.images.items():
             tag = f"{method}-{k}"
-            row = {"k": k, "method": method, "n_synthetic": size, **fid_rows[method],
+            row = {"k": k, "method": method, "n_synthetic": size, **fid_rows[method], **dr_rows[method],
                    **release_utility(images, release.grades, data, config, tag, device),
                    **membership_attack(images, data, release.labels, split, k, config, tag, device),
                    **reidentification(sift_bank(images, data.cohort_size), private_bank, release.labels, split, k),
                    "seconds": release.seconds[method]}
             rows.append(row)
-        rows.append({"k": k, "method": "real test", "n_synthetic": int(len(picked)), **fid_rows["real test"]})
+        rows.append({"k": k, "method": "real test", "n_synthetic": int(len(picked)), **fid_rows["real test"],
+                     **dr_rows["real test"]})
         stage(f"k={k}: evaluation", tick)
         members = cluster_members(release.labels)[:EXAMPLE_CLUSTERS]
         examples[k] = {"members": [data.private[index[:EXAMPLE_MEMBERS]].numpy() for index in members],
@@ -651,7 +776,7 @@ def run(config: Config, generator_config: GeneratorsConfig, progress: bool = Fal
                    segmenter_dice=dice, inversion=inversion_summary,
                    inversions=pd.DataFrame([item.summary(name) for name, item in inversions.items()]),
                    clusters=pd.DataFrame(clusters),
-                   results=pd.DataFrame(rows), fd_differences=differences, reference=reference,
+                   results=pd.DataFrame(rows), fd_gaps=pd.DataFrame(gaps), dr_check=dr_check, reference=reference,
                    alignment=pd.DataFrame(alignment), examples=examples,
                    reconstructions={"private": data.private[:shown].numpy(),
                                     **{name: item.reconstructions[:shown].numpy()
