@@ -6,10 +6,20 @@ notebooks of one profile: ``book/_toc.yml`` names them as ``chapters/<study>``, 
 never executes notebooks itself (``execute_notebooks: off``); the build runs with ``-W -n --keep-going``, so any
 warning fails it, after reporting all of them.
 
-Each chapter opens with a one-line banner under its title (profile, commit, device, minutes, from its record),
-and with a note when a newer run of it failed (the page shows the last successful run, ``NAME.json``; the failure
-is ``NAME.failed.json``) or when its results come from older package code than the code building the book
-(the record's package source hash differs from the current one).
+Each chapter opens with a one-line banner under its title (profile, commit, device, minutes, from its record), the
+results box (:func:`results_box`: verdict counts, the headline claims with the paper's number beside ours, what
+limits the profile, and whether the chapter ran at the book's commit), and a note when a newer run of it failed
+(the page shows the last successful run, ``NAME.json``; the failure is ``NAME.failed.json``) or when its results
+come from older package code than the code building the book (the record's package source hash differs from the
+current one). All of it is generated at build time from the records, so a published run shows it without rerunning.
+A chapter also takes its presentation (cell tags, figure captions and alt text) from its notebook in
+``notebooks/`` where the code of a cell is unchanged, and its tables are laid out by the current display code
+(:func:`apply_presentation`).
+
+The hand-written pages hold markers that the build fills from the records (:func:`fill_page_markers`):
+``<!-- anonpaper:summary -->`` (the intro's table of every chapter's verdicts and measured minutes),
+``<!-- anonpaper:verdict <study> -->`` (the papers page) and ``<!-- anonpaper:repository -->`` (a link to the
+code: ``repository.url`` of ``_config.yml``, else the README of the checkout).
 
 Output: ``runs/<profile>/book/_build/html/index.html``; for the committed results (``results/<profile>/``, see
 :func:`publish_results`), ``runs/results-<profile>/book/_build/html/index.html``.
@@ -18,16 +28,19 @@ Output: ``runs/<profile>/book/_build/html/index.html``; for the committed result
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import yaml
 
 from anonpaper.cache import atomic_write_bytes
+from anonpaper.experiments.display import BookTable, claim_verdict, format_value
 from anonpaper.runner.record import changed_modules, read_record, results_from_older_code
 from anonpaper.runner.studies import Registry
 from anonpaper.runtime import git_sha, package_source_hash
@@ -56,18 +69,10 @@ def toc_chapters(toc_path: Path) -> list[str]:
     return found
 
 
-def _format_value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, dict):
-        return "; ".join(f"{key}: {_format_value(item)}" for key, item in value.items())
-    if isinstance(value, list):
-        return ", ".join(_format_value(item) for item in value)
-    return "—" if value is None else str(value)
-
-
 def _cell(value: Any) -> str:
-    return _format_value(value).replace("|", "\\|").replace("\n", " ")
+    """A value as the text of a markdown table cell (through the book's one formatter; pipes escaped)."""
+    text = value if isinstance(value, str) else format_value(value)
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _short_commit(sha: str | None) -> str:
@@ -172,51 +177,383 @@ def annotate_chapter(notebook: dict[str, Any], lines: list[str]) -> dict[str, An
     return {**notebook, "cells": [inserted, *cells]}
 
 
-def _verdict(claim: dict[str, Any]) -> str:
-    """A record's claim verdict (records before the verdict field carry only ``holds``)."""
-    return claim.get("verdict") or {True: "holds", False: "does not hold", None: "undecided"}[claim.get("holds")]
+def _counts(claims: list[dict[str, Any]]) -> dict[str, int]:
+    verdicts = [claim_verdict(claim) for claim in claims]
+    return {verdict: verdicts.count(verdict) for verdict in ("holds", "does not hold", "undecided")}
+
+
+def _split_claims(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A record's paper claims and its phantom checks."""
+    claims = record.get("claims") or []
+    return ([claim for claim in claims if claim.get("kind", "paper") == "paper"],
+            [claim for claim in claims if claim.get("kind") == "phantom-check"])
+
+
+def verdict_summary(record: dict[str, Any]) -> str:
+    """One line of verdict counts: the paper claims, then the phantom checks.
+
+    Example:
+        >>> verdict_summary({"claims": [{"kind": "paper", "verdict": "holds"}, {"kind": "paper", "verdict":
+        ...                  "undecided"}, {"kind": "phantom-check", "verdict": "holds"}]})
+        'paper claims: 1 holds, 0 do not hold, 1 undecided; phantom checks: 1 of 1 hold'
+    """
+    paper, checks = _split_claims(record)
+    parts = []
+    if paper:
+        counts = _counts(paper)
+        parts.append(f"paper claims: {counts['holds']} holds, {counts['does not hold']} do not hold, "
+                     f"{counts['undecided']} undecided")
+    if checks:
+        counts = _counts(checks)
+        parts.append(f"phantom checks: {counts['holds']} of {len(checks)} hold"
+                     + (f" ({counts['does not hold']} do not, {counts['undecided']} undecided)"
+                        if counts["holds"] < len(checks) else ""))
+    return "; ".join(parts) or "no claims recorded"
+
+
+def _shortened(text: str, limit: int) -> str:
+    """``text`` cut at a separator before ``limit`` characters, with an ellipsis (for the results box only; the
+    claims ledger shows every value in full)."""
+    if len(text) <= limit:
+        return text
+    cut = max(text.rfind(separator, 0, limit) for separator in ("; ", ", "))
+    return (text[:cut] if cut > limit // 3 else text[:limit]).rstrip() + " …"
+
+
+def _verdict_markup(claim: dict[str, Any]) -> str:
+    verdict = claim_verdict(claim)
+    shown = {"holds": "holds", "does not hold": "**does not hold**", "undecided": "*undecided*"}[verdict]
+    return shown + (" (by design)" if claim.get("by_design") else "")
+
+
+def _effect_text(claim: dict[str, Any]) -> str:
+    """The deciding effect of a claim with the structured fields (``effect``, ``se``, ``z``, ``rule``,
+    ``margin``, ``quantity``), e.g. ``accuracy drop +0.12 ± 0.03 (directional: > 2 SE)``; empty without them."""
+    effect, se = claim.get("effect"), claim.get("se")
+    if not isinstance(effect, (int, float)) or not claim.get("rule"):
+        return ""
+    text = f"{claim.get('quantity') or 'effect'} {'+' if effect > 0 else ''}{format_value(effect)}"
+    if isinstance(se, (int, float)):
+        text += f" ± {format_value(se)}"
+    rule = str(claim["rule"])
+    z = format_value(claim.get("z") or 2)
+    margin = claim.get("margin")
+    test = {"directional": f"beyond {z} SE", "retention": f"loss within margin {format_value(margin)}",
+            "equivalence": f"within margin {format_value(margin)}"}.get(rule, rule)
+    return f"{text} ({rule}: {test})"
+
+
+def _instruments_text(claim: dict[str, Any]) -> str:
+    """The instruments a claim rests on, each with its value against its floor (empty when none are recorded)."""
+    shown = []
+    for instrument in claim.get("instruments") or []:
+        if not isinstance(instrument, dict) or "name" not in instrument:
+            continue
+        sign = ">=" if instrument.get("higher_is_better", True) else "<="
+        mark = "passed" if instrument.get("passed") else "**missed its floor**"
+        shown.append(f"{instrument['name']} {format_value(instrument.get('value'))} (floor {sign} "
+                     f"{format_value(instrument.get('floor'))}: {mark})")
+    return "; ".join(shown)
+
+
+def _headline_claims(record: dict[str, Any], count: int = 3) -> list[dict[str, Any]]:
+    """The claims a chapter's results box shows: those marked ``headline`` when any are, else ``count`` of its
+    paper claims (else of its phantom checks), the decided ones first (what came out: holds or does not hold), each
+    group in the chapter's order (chapters list the paper's main findings first)."""
+    claims = record.get("claims") or []
+    marked = [claim for claim in claims if claim.get("headline")]
+    if marked:
+        return marked
+    paper, checks = _split_claims(record)
+    chosen = paper or checks
+    decided = [claim for claim in chosen if claim_verdict(claim) != "undecided"]
+    return (decided + [claim for claim in chosen if claim_verdict(claim) == "undecided"])[:count]
+
+
+_SIZE_PARAMETERS = (re.compile(r"IMAGE_SIZE$"), re.compile(r"(PATIENTS|SUBJECTS|IMAGES)$"),
+                    re.compile(r"(EPOCHS|KIMG|STEPS)$"), re.compile(r"BACKBONE$"))
+
+
+def profile_limits(record: dict[str, Any], paper_parameters: dict[str, Any] | None,
+                   paper_description: str = "") -> str:
+    """One sentence on what limits this run's profile and what the paper profile changes, from the record (its
+    parameters beside the ``paper`` profile's; test sets smaller than a claim needs; instruments under their
+    floor).
+
+    Example:
+        >>> profile_limits({"profile": "quick", "parameters": {"IMAGE_SIZE": 64, "EPOCHS": 10, "SEED": 0},
+        ...                 "claims": [{"verdict": "undecided", "n": 30, "min_n": 40}]},
+        ...                {"IMAGE_SIZE": 256, "EPOCHS": 50}, "GPU").split("; ")  # doctest: +NORMALIZE_WHITESPACE
+        ['At `quick` this run used IMAGE_SIZE 64 and EPOCHS 10, where the `paper` profile (GPU) uses 256 and 50',
+         '1 claim had fewer test images than its minimum.']
+    """
+    profile = record.get("profile", "?")
+    parameters = record.get("parameters") or {}
+    sentence = ""
+    if profile != "paper" and paper_parameters:
+        differing = [name for name, value in paper_parameters.items()
+                     if name in parameters and parameters[name] != value]
+        # One of each kind first (an image size, a cohort size, a schedule, a backbone), then the next of each.
+        groups = [[name for name in differing if pattern.search(name)] for pattern in _SIZE_PARAMETERS]
+        chosen: list[str] = []
+        for rank in range(max((len(group) for group in groups), default=0)):
+            chosen += [group[rank] for group in groups if rank < len(group) and group[rank] not in chosen]
+        chosen = chosen[:4] or differing[:4]
+        if chosen:
+            def listing(items: list[str]) -> str:
+                return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+            ours = listing([f"{name} {format_value(parameters[name])}" for name in chosen])
+            theirs = listing([format_value(paper_parameters[name]) for name in chosen])
+            described = f" ({paper_description})" if paper_description else ""
+            sentence = f"At `{profile}` this run used {ours}, where the `paper` profile{described} uses {theirs}"
+    elif profile == "paper":
+        sentence = "This run is at the `paper` profile (the papers' sizes)"
+    claims = record.get("claims") or []
+    small = sum(1 for claim in claims if isinstance(claim.get("n"), int) and isinstance(claim.get("min_n"), int)
+                and claim["n"] < claim["min_n"])
+    weak = sum(1 for claim in claims if any(isinstance(instrument, dict) and not instrument.get("passed", True)
+                                            for instrument in claim.get("instruments") or []))
+    extra = []
+    if small:
+        extra.append(f"{small} claim{'s' if small > 1 else ''} had fewer test images than "
+                     f"{'their' if small > 1 else 'its'} minimum")
+    if weak:
+        extra.append(f"{weak} claim{'s rest' if weak > 1 else ' rests'} on an instrument under its floor")
+    if extra:
+        sentence = "; ".join(([sentence] if sentence else []) + extra)
+    return (sentence[0].upper() + sentence[1:] + ".") if sentence else ""
+
+
+def _same_commit(first: str, second: str) -> bool:
+    return first.removesuffix("-dirty") == second.removesuffix("-dirty")
+
+
+def provenance_line(record: dict[str, Any], book_commit: str | None) -> str:
+    """Where a chapter's numbers come from: profile, commit (and whether it is the book's), device, minutes."""
+    environment = record.get("environment") or {}
+    ran_at = environment.get("git_sha")
+    commit = f"commit `{_short_commit(ran_at)}`"
+    if ran_at and ran_at.endswith("-dirty"):
+        commit += " (with uncommitted changes)"
+    if book_commit and ran_at and not _same_commit(ran_at, book_commit):
+        changed = changed_modules(record)
+        commit += f", not the book's `{_short_commit(book_commit)}`"
+        if changed == []:
+            commit += "; none of the package modules it imported has changed since"
+        elif changed:
+            commit += f"; {len(changed)} of the package modules it imported changed since"
+    elif book_commit and ran_at:
+        commit += ", the book's"
+    minutes = float(record.get("seconds") or 0.0) / 60.0
+    return (f"Profile `{record.get('profile', '?')}`, {commit}; {minutes:.1f} min on "
+            f"`{environment.get('device', 'unknown')}`, seed {record.get('seed', '?')}.")
+
+
+def results_box(record: dict[str, Any], book_commit: str | None = None,
+                paper_parameters: dict[str, Any] | None = None, paper_description: str = "") -> str:
+    """The box at the top of a chapter: verdict counts, the headline claims with the paper's number beside ours,
+    what limits the profile, and where the numbers come from; all from the chapter's results record.
+
+    Args:
+        record: The chapter's results record.
+        book_commit: The commit of the checkout building the book (the chapter says when its own differs).
+        paper_parameters: The ``paper`` profile's parameters of this study (for the limits sentence).
+        paper_description: The ``paper`` profile's description from ``notebooks/params.yaml``.
+
+    Returns:
+        A MyST admonition (colon fence).
+    """
+    lines = [":::{admonition} Results of this run", ":class: anonpaper-results", "",
+             f"**{verdict_summary(record).capitalize()}** (details: {{ref}}`claims ledger <claims-ledger>`).", ""]
+    headline = _headline_claims(record)
+    if headline:
+        lines += ["| claim | the paper | this run | verdict |", "|---|---|---|---|"]
+        for claim in headline:
+            lines.append(f"| {_cell(claim.get('statement', claim.get('id')))} | "
+                         f"{_cell(_shortened(format_value(claim.get('paper')), 160))} | "
+                         f"{_cell(_shortened(format_value(claim.get('ours')), 160))} | {_verdict_markup(claim)} |")
+        lines.append("")
+    limits = profile_limits(record, paper_parameters, paper_description)
+    if limits:
+        lines += [f"*Limits.* {limits}", ""]
+    lines += [f"*Provenance.* {provenance_line(record, book_commit)}", ":::"]
+    return "\n".join(lines)
+
+
+def study_summary_markdown(records: dict[str, dict[str, Any]], chapters: list[str], titles: dict[str, str],
+                           book_commit: str | None = None) -> str:
+    """The intro's one-screen summary: a row per chapter (verdict counts, minutes, commit) and the measured total.
+
+    Args:
+        records: Successful records by study name (a chapter without one reads "no run yet").
+        chapters: The chapters in book order.
+        titles: Chapter titles by study name.
+        book_commit: The commit building the book (a chapter from another commit is marked).
+    """
+    lines = ["| chapter | paper claims: holds / does not hold / undecided | phantom checks that hold | minutes "
+             "| commit |", "|---|---|---|---|---|"]
+    seconds = 0.0
+    devices = set()
+    elsewhere = 0
+    for name in chapters:
+        record = records.get(name)
+        link = f"{{doc}}`{titles.get(name, name)} <chapters/{name}>`"
+        if record is None:
+            lines.append(f"| {link} | no run yet | | | |")
+            continue
+        paper, checks = _split_claims(record)
+        counts = _counts(paper)
+        claims = (f"{counts['holds']} / {counts['does not hold']} / {counts['undecided']}" if paper else "none")
+        checked = f"{_counts(checks)['holds']} of {len(checks)}" if checks else "none"
+        environment = record.get("environment") or {}
+        ran_at = environment.get("git_sha")
+        commit = f"`{_short_commit(ran_at)}`"
+        elsewhere += bool(book_commit and ran_at and not _same_commit(ran_at, book_commit))
+        seconds += float(record.get("seconds") or 0.0)
+        devices.add(str(environment.get("device", "unknown")))
+        lines.append(f"| {link} | {claims} | {checked} | {float(record.get('seconds') or 0.0) / 60.0:.0f} | "
+                     f"{commit} |")
+    profiles = sorted({str(record.get("profile")) for record in records.values()})
+    total = (f"The {len(records)} chapter runs took {seconds / 60.0:.0f} minutes together (measured: the sum of "
+             f"their records' run times) on {', '.join(f'`{device}`' for device in sorted(devices))}, at profile "
+             f"{', '.join(f'`{profile}`' for profile in profiles)}." if records else
+             "No chapter has a successful run yet.")
+    book = ""
+    if book_commit:
+        book = f" This book was built at commit `{_short_commit(book_commit)}`"
+        book += (f"; {elsewhere} of the chapters ran at another commit, and each says whether the code it used has "
+                 f"changed since." if elsewhere else ", where every chapter ran.")
+    return "\n".join(lines + ["", total + book, ""])
+
+
+def fill_page_markers(text: str, markers: dict[str, str]) -> str:
+    """Replace ``<!-- anonpaper:NAME -->`` markers in a hand-written page by generated text (a marker not in
+    ``markers`` is left as it is: an HTML comment, invisible).
+
+    Example:
+        >>> fill_page_markers("| 1 | <!-- anonpaper:verdict 01_x --> |", {"verdict 01_x": "1 holds"})
+        '| 1 | 1 holds |'
+    """
+    return re.sub(r"<!--\s*anonpaper:(.+?)\s*-->", lambda match: markers.get(match.group(1).strip(), match.group(0)),
+                  text)
+
+
+def page_markers(records: dict[str, dict[str, Any]], chapters: list[str], titles: dict[str, str],
+                 book_commit: str | None, repository: str) -> dict[str, str]:
+    """What the hand-written pages' markers become: ``summary`` (the intro's table), ``verdict <study>`` (a
+    chapter's counts, for the papers page) and ``repository`` (a link to the project's code)."""
+    markers = {"summary": study_summary_markdown(records, chapters, titles, book_commit),
+               "repository": repository}
+    for name in chapters:
+        record = records.get(name)
+        markers[f"verdict {name}"] = "no run yet" if record is None else _cell(verdict_summary(record))
+    return markers
+
+
+def repository_link(config: dict[str, Any], html_dir: Path, project_root: Path) -> str:
+    """A link to the project's code: ``repository.url`` of ``book/_config.yml`` when set, else the README of the
+    checkout the book was built from, relative to the built pages (so it works from the built folder)."""
+    url = str(((config.get("repository") or {}).get("url")) or "").strip()
+    if url:
+        return f'<a href="{url}">{url}</a>'
+    relative = os.path.relpath(project_root / "README.md", html_dir)
+    return f'<a href="{Path(relative).as_posix()}">the project\'s README</a>'
+
+
+PRESENTATION_TAGS = ("remove-input", "remove-output", "remove-cell", "remove-stdout", "remove-stderr",
+                     "hide-input", "hide-output", "hide-cell", "full-width", "margin")
+
+
+def _source_text(cell: dict[str, Any]) -> str:
+    source = cell.get("source", "")
+    return source if isinstance(source, str) else "".join(source)
+
+
+def apply_presentation(executed: dict[str, Any], source: dict[str, Any] | None) -> dict[str, Any]:
+    """An executed notebook with the presentation of its source notebook and its tables laid out anew.
+
+    Presentation is cell metadata that changes how a cell shows, not what it computes: the tags in
+    :data:`PRESENTATION_TAGS` and ``mystnb`` (figure captions and labels, image alt text). A cell takes them from
+    the source cell with the same id and the same code, so a published run shows the current captions without
+    rerunning; a cell whose code has changed keeps its own. Papermill's injected-parameters cell is shown
+    folded. Tables written by :func:`~anonpaper.experiments.display.show_table` of an older version are laid out
+    again from their formatted cells (:meth:`~anonpaper.experiments.display.BookTable.from_html`): transposed or
+    folded when too wide or long; no number changes.
+    """
+    by_id = {cell.get("id"): cell for cell in (source or {}).get("cells", []) if cell.get("id")}
+    cells = []
+    for cell in executed.get("cells", []):
+        cell = dict(cell)
+        metadata = dict(cell.get("metadata") or {})
+        twin = by_id.get(cell.get("id"))
+        if twin is not None and twin.get("cell_type") == cell.get("cell_type") and \
+                _source_text(twin) == _source_text(cell):
+            kept = [tag for tag in metadata.get("tags", []) if tag not in PRESENTATION_TAGS]
+            wanted = [tag for tag in (twin.get("metadata") or {}).get("tags", []) if tag in PRESENTATION_TAGS]
+            metadata["tags"] = kept + wanted
+            if "mystnb" in (twin.get("metadata") or {}):
+                metadata["mystnb"] = twin["metadata"]["mystnb"]
+            else:
+                metadata.pop("mystnb", None)
+            if not metadata["tags"]:
+                metadata.pop("tags")
+        if "injected-parameters" in metadata.get("tags", []) and "hide-input" not in metadata["tags"]:
+            metadata["tags"] = [*metadata["tags"], "hide-input"]
+        cell["metadata"] = metadata
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = [_relaid_output(output) for output in cell.get("outputs", [])]
+        cells.append(cell)
+    return {**executed, "cells": cells}
+
+
+def _relaid_output(output: dict[str, Any]) -> dict[str, Any]:
+    data = output.get("data") or {}
+    markup = data.get("text/html")
+    if markup is None:
+        return output
+    markup = markup if isinstance(markup, str) else "".join(markup)
+    table = BookTable.from_html(markup)
+    if table is None:
+        return output
+    return {**output, "data": {**data, "text/html": table._repr_html_()}}
+
+
+def _records_titles(records: Iterable[dict[str, Any]]) -> dict[str, str]:
+    return {record["study"]: record.get("title", record["study"]) for record in records}
 
 
 def _claims_table(claims: list[dict[str, Any]]) -> list[str]:
-    lines = ["| claim | statement | paper | ours | verdict | why |", "|---|---|---|---|---|---|"]
+    """Claims as a four-column table that fits the page: the claim, the paper's number, ours, the verdict and why
+    (the deciding effect and the instruments where the record has them)."""
+    lines = ["| claim | the paper | this run | verdict and why |", "|---|---|---|---|"]
     for claim in claims:
-        verdict = _verdict(claim)
-        shown = {"holds": "holds", "does not hold": "**does not hold**", "undecided": "undecided"}[verdict]
+        why = [str(claim.get("reason") or claim.get("note") or "").strip().rstrip(".")]
+        why += [_effect_text(claim), _instruments_text(claim)]
         if claim.get("by_design"):
-            shown += " (by design)"
-        why = claim.get("reason", claim.get("note", ""))
-        if claim.get("by_design"):
-            why = f"{why} *By design: {claim['by_design']}.*"
-        lines.append(f"| `{claim['id']}` | {_cell(claim['statement'])} | {_cell(claim.get('paper'))} | "
-                     f"{_cell(claim.get('ours'))} | {shown} | {_cell(why)} |")
+            why.append(f"*by design: {claim['by_design']}*")
+        reasons = "; ".join(part for part in why if part)
+        verdict = _verdict_markup(claim) + (f": {_cell(reasons)}" if reasons else "")
+        lines.append(f"| {_cell(claim.get('statement', ''))} (`{claim['id']}`) | {_cell(claim.get('paper'))} | "
+                     f"{_cell(claim.get('ours'))} | {verdict} |")
     return lines + [""]
 
 
-def claims_ledger_markdown(records: list[dict[str, Any]], profile: str, source: str | None = None) -> str:
-    """The claims ledger page: a study-wide summary, then every study's paper claims and phantom checks.
+def claims_ledger_markdown(records: list[dict[str, Any]], profile: str, source: str | None = None,
+                           book_commit: str | None = None) -> str:
+    """The claims ledger page: the study-wide summary, then every chapter's paper claims and phantom checks, each
+    with the paper's number beside ours.
 
     Verdicts are the chapters' own (holds / does not hold / undecided, with the reason); a paper claim that the
     phantom's construction settles is marked *by design*.
     """
-    def counts(claims: list[dict[str, Any]]) -> str:
-        verdicts = [_verdict(claim) for claim in claims]
-        return (f"{verdicts.count('holds')} hold, {verdicts.count('does not hold')} do not, "
-                f"{verdicts.count('undecided')} undecided")
-
-    summary = ["| study | paper claims | phantom checks |", "|---|---|---|"]
+    titles = _records_titles(records)
     sections: list[str] = []
     for record in records:
-        claims = record.get("claims") or []
-        paper = [claim for claim in claims if claim.get("kind", "paper") == "paper"]
-        checks = [claim for claim in claims if claim.get("kind") == "phantom-check"]
-        summary.append(f"| {record.get('title', record['study'])} | {len(paper)}: {counts(paper)} | "
-                       f"{len(checks)}: {counts(checks)} |")
-        environment = record.get("environment") or {}
-        sections += [f"## {record.get('title', record['study'])}", "",
-                     f"Study `{record['study']}`, seed {record.get('seed')}, {record.get('seconds')} s on "
-                     f"{environment.get('device', '?')}, package {environment.get('package_source_hash', '?')} "
-                     f"(git {_short_commit(environment.get('git_sha'))}).", ""]
-        if not claims:
+        paper, checks = _split_claims(record)
+        sections += [f"## {titles[record['study']]}", "",
+                     f"{{doc}}`The chapter <chapters/{record['study']}>`. {provenance_line(record, book_commit)}", ""]
+        if not record.get("claims"):
             sections += ["No claims recorded by this study.", ""]
         if paper:
             sections += ["**The paper's claims**", ""] + _claims_table(paper)
@@ -225,11 +562,13 @@ def claims_ledger_markdown(records: list[dict[str, Any]], profile: str, source: 
             sections += _claims_table(checks)
     lines = ["(claims-ledger)=", "# Claims ledger", "",
              f"Every claim the chapters test, as recorded in `{source or f'runs/{profile}'}/*.json` by the runs "
-             f"this book shows (profile `{profile}`). Each verdict is computed by the chapter from its measured "
-             "numbers: *holds*, *does not hold*, or *undecided* with the reason (too few test images, a difference "
-             "within its noise, or an instrument that failed its own check). A claim that does not reproduce on "
-             "our data says so here and in its chapter.", "", "## Summary", ""]
-    return "\n".join(lines + summary + [""] + sections) + "\n"
+             f"this book shows (profile `{profile}`), with the paper's number beside ours. Each verdict is computed "
+             "by the chapter from its measured numbers: *holds*, *does not hold*, or *undecided* with the reason "
+             "(too few test images, a difference within its noise, or an instrument that failed its own check). A "
+             "claim that does not reproduce on our data says so here and in its chapter.", "", "## Summary", "",
+             study_summary_markdown({record["study"]: record for record in records}, list(titles), titles,
+                                    book_commit)]
+    return "\n".join(lines + sections) + "\n"
 
 
 def _read_optional(path: Path) -> dict[str, Any] | None:
@@ -306,6 +645,7 @@ def build_book(registry: Registry, profile: str, runs_dir: Path | None = None,
         log(f"WARNING: no successful run of {name} at profile {profile!r} in {output_dir}; its page says so")
 
     current_hash = package_source_hash()
+    book_commit = git_sha()
     source = build_root / "book_src"
     if source.exists():
         shutil.rmtree(source)
@@ -317,18 +657,33 @@ def build_book(registry: Registry, profile: str, runs_dir: Path | None = None,
                 missing_chapter_notebook(registry.studies[name].title, name, profile, output_dir.name), indent=1))
             continue
         record = records[name]
-        lines = [chapter_banner(record)] + chapter_notes(
+        study = registry.studies[name]
+        box = results_box(record, book_commit, study.parameters("paper") if "paper" in registry.profiles else None,
+                          str((registry.profiles.get("paper") or {}).get("description", "")))
+        lines = [chapter_banner(record), box] + chapter_notes(
             record, failed.get(name), current_hash, failed_path=f"{output_dir.name}/{name}.failed.ipynb")
         if results_from_older_code(record, current_hash):
             log(f"note: {name}'s results come from older package code than this checkout; the chapter says so")
-        notebook = annotate_chapter(json.loads((output_dir / f"{name}.ipynb").read_text()), lines)
+        executed = json.loads((output_dir / f"{name}.ipynb").read_text())
+        original = json.loads(study.notebook.read_text()) if study.notebook.is_file() else None
+        notebook = annotate_chapter(apply_presentation(executed, original), lines)
         (source / "chapters" / f"{name}.ipynb").write_text(json.dumps(notebook, indent=1))
     ordered = [records[study.name] for study in registry.ordered() if study.name in records]
     try:
         shown = output_dir.resolve().relative_to(registry.root.resolve())
     except ValueError:
         shown = output_dir
-    (source / "claims_ledger.md").write_text(claims_ledger_markdown(ordered, profile, source=str(shown)))
+    (source / "claims_ledger.md").write_text(claims_ledger_markdown(ordered, profile, source=str(shown),
+                                                                    book_commit=book_commit))
+    config = yaml.safe_load((source / "_config.yml").read_text()) or {}
+    if str((config.get("repository") or {}).get("url") or "").strip():  # a configured repository: its button too
+        config.setdefault("html", {})["use_repository_button"] = True
+        (source / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    titles = {name: registry.studies[name].title for name in chapters}
+    markers = page_markers(records, chapters, titles, book_commit,
+                           repository_link(config, build_root / "book" / "_build" / "html", registry.root))
+    for page in source.glob("*.md"):
+        page.write_text(fill_page_markers(page.read_text(), markers))
 
     build_dir = build_root / "book"
     command = [sys.executable, "-c", "from jupyter_book.cli.main import main; main()", "build", str(source),

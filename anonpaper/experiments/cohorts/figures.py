@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from anonpaper.data.phantoms.cxr import FINDINGS, CXRPhantomCohort
 from anonpaper.data.phantoms.iris import IrisPhantomCohort
 from anonpaper.data.phantoms.retina import RetinaPhantomCohort
+
+# Short names of the chest X-ray findings for panel titles (the labels, whether or not they have a mask).
+FINDING_NAMES = {"pleural_effusion": "effusion", "lung_opacity": "opacity", "atelectasis": "atelectasis",
+                 "cardiomegaly": "cardiomegaly", "support_devices": "devices"}
+
 
 def mask_overlay(masks: dict[str, np.ndarray]) -> np.ndarray:
     """uint8 (H, W, 3) colour picture of the masks: arteries red, veins blue, lesions in distinct colours."""
@@ -64,11 +71,13 @@ def _grayscale_identity_grid(cohort, column: str, groups: list, images_per_group
     Args:
         column: Table column that names the group.
         groups: The group values, one figure row each.
-        contours: Mask name -> (colour, line width), drawn when the mask is non-empty.
-        title: ``title(group, table_row) -> str`` for each image.
+        contours: Mask name -> (colour, line width), drawn when the mask is non-empty; a legend under the grid
+            names each colour.
+        title: ``title(group, table_row) -> str`` for each image (may hold a line break).
         size: (width, height) of one panel in inches.
     """
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     table = cohort.table
     figure, axes = plt.subplots(len(groups), images_per_group,
@@ -85,7 +94,13 @@ def _grayscale_identity_grid(cohort, column: str, groups: list, images_per_group
                     if masks[name].any():
                         axis.contour(masks[name], levels=[0.5], colors=colour, linewidths=width)
             axis.set_title(title(group, table.iloc[int(index)]), fontsize=7)
-    figure.tight_layout()
+    if show_masks and contours:
+        handles = [Line2D([0], [0], color=colour, linewidth=1.5) for colour, _ in contours.values()]
+        figure.legend(handles, [name.replace("_", " ") for name in contours], loc="lower center",
+                      ncol=len(contours), fontsize=8, frameon=False, title="outlines", title_fontsize=8)
+        figure.tight_layout(rect=(0, 0.06 if len(groups) > 1 else 0.12, 1, 1))
+    else:
+        figure.tight_layout()
     return figure
 
 
@@ -103,11 +118,12 @@ def plot_cxr_examples(cohort: CXRPhantomCohort, n_patients: int = 3, images_per_
                                                         ("heart", "red"))}
 
     def title(patient, record) -> str:
-        found = [f[:6] for f in FINDINGS if record[f"label_{f}"] == 1]
-        return f"{patient[-4:]} #{record['study_index']} {','.join(found)}"
+        found = [FINDING_NAMES.get(finding, finding) for finding in FINDINGS if record[f"label_{finding}"] == 1]
+        return f"patient {patient[-4:]}, image {record['study_index']}\n" + textwrap.fill(", ".join(found) or
+                                                                                       "no finding", 32)
 
     return _grayscale_identity_grid(cohort, "patient_id", patients, images_per_patient, contours, title, show_masks,
-                                    (2.4, 2.6))
+                                    (2.4, 2.85))
 
 
 def plot_iris_examples(cohort: IrisPhantomCohort, n_identities: int = 4, images_per_identity: int = 4,

@@ -6,15 +6,34 @@ import numpy as np
 
 from anonpaper.experiments.disentanglement.analysis import COHORT_LABELS
 from anonpaper.experiments.disentanglement.pipeline import Outcome
+from anonpaper.experiments.plotting import label_points
 
 EXAMPLE_ROWS = ("original", "target", "Reconstruction / Baseline", "Medical Replacement", "Identity Replacement",
                 "anonymised: VAE with overall privacy", "anonymised: Averaging all identities")
 
 
+# A row of generated images whose spread (mean absolute difference between its images) is under this share of
+# the original row's looks like one template repeated: the grid's title names such rows.
+TEMPLATE_SPREAD = 0.2
+
+
+def _spread(images: np.ndarray) -> float:
+    """Mean absolute difference between every pair of images in a row, as a share of the 0-255 range."""
+    stack = np.asarray(images, dtype=float)
+    if len(stack) < 2:
+        return float("nan")
+    pairs = [np.abs(stack[i] - stack[j]).mean() for i in range(len(stack)) for j in range(i + 1, len(stack))]
+    return float(np.mean(pairs)) / 255.0
+
+
 def _grid(rows: list[tuple[str, np.ndarray]], columns: int, title: str):
+    """Rows of images (label, images); each label gives the row's spread across its images, and the title names
+    the rows that look like one template (spread under TEMPLATE_SPREAD of the first row's)."""
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(len(rows), columns, figsize=(1.6 * columns + 1.8, 1.6 * len(rows)), squeeze=False)
+    spreads = [_spread(np.asarray(images)[:columns]) for _, images in rows]
+    figure, axes = plt.subplots(len(rows), columns, figsize=(1.6 * columns + 1.8, 1.6 * len(rows) + 0.3),
+                                squeeze=False)
     for r, (label, images) in enumerate(rows):
         for c in range(columns):
             axis = axes[r, c]
@@ -23,8 +42,14 @@ def _grid(rows: list[tuple[str, np.ndarray]], columns: int, title: str):
             axis.set_xticks([])
             axis.set_yticks([])
             if c == 0:
-                axis.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)
-    figure.suptitle(title, fontsize=10)
+                shown = f"{label}\nspread {spreads[r]:.3f}" if np.isfinite(spreads[r]) else label
+                axis.set_ylabel(shown, rotation=0, ha="right", va="center", fontsize=8)
+    reference = spreads[0] if spreads else float("nan")
+    template = [label for (label, _), spread in list(zip(rows, spreads))[1:]
+                if np.isfinite(spread) and np.isfinite(reference) and spread < TEMPLATE_SPREAD * reference]
+    note = (f"\nnearly one template across the columns (spread under {TEMPLATE_SPREAD:g} of the first row's): "
+            + "; ".join(template)) if template else ""
+    figure.suptitle(title + note, fontsize=10 if not note else 9)
     figure.tight_layout()
     return figure
 
@@ -52,6 +77,7 @@ def plot_privacy_curve(outcome: Outcome):
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(1, len(COHORT_LABELS), figsize=(10, 4), squeeze=False)
+    labelled = {}  # per axis: (x, y, label), placed once the layout is final so that no two overlap
     for axis, (cohort, label) in zip(axes[0], COHORT_LABELS.items()):
         frame = outcome.privacy[outcome.privacy["cohort"] == cohort]
         for row in frame.itertuples():
@@ -60,8 +86,8 @@ def plot_privacy_curve(outcome: Outcome):
             axis.errorbar(100 * row.rank1, 100 * row.explanation_disease, xerr=200 * row.rank1_se,
                           yerr=200 * row.explanation_disease_se, fmt=marker, color="C1" if marker == "s" else "C0",
                           capsize=2)
-            axis.annotate(name, (100 * row.rank1, 100 * row.explanation_disease), fontsize=7,
-                          xytext=(3, 3), textcoords="offset points")
+            labelled.setdefault(axis, []).append((100 * row.rank1, 100 * row.explanation_disease,
+                                                  name))
         chance = 100 * outcome.privacy_info[cohort]["chance_rank1"]
         axis.axvline(chance, ls="--", color="grey", lw=1, label="attacker chance")
         axis.set_xlabel("attacker rank-1 on the shown explanation (%)")
@@ -69,6 +95,9 @@ def plot_privacy_curve(outcome: Outcome):
         axis.set_title(label)
         axis.legend(fontsize=7)
     figure.tight_layout()
+    for axis, points in labelled.items():
+        xs, ys, names = zip(*points)
+        label_points(axis, xs, ys, names, fontsize=7)
     return figure
 
 

@@ -17,12 +17,30 @@ def protocols_table(outcome: Outcome) -> pd.DataFrame:
     return outcome.metrics.drop_duplicates("metric").set_index("metric")[["protocol"]]
 
 
+ARCHITECTURE_NAMES = {"sg2": "StyleGAN2", "sg3t": "StyleGAN3-T"}
+
+
+def describe_stylegan(config) -> str:
+    """A generator's architecture in words, from the fields it was built with (a named config's ``description``
+    keeps the named size, e.g. "32px (tests)", even when a run builds it at another resolution).
+
+    Example:
+        >>> from anonpaper.models.stylegan.config import StyleGANConfig
+        >>> describe_stylegan(StyleGANConfig(architecture="sg3t", resolution=64, sg3_num_layers=4))
+        'StyleGAN3-T at 64 px, 4 layers, feature maps up to 32 (channel base 512)'
+    """
+    text = f"{ARCHITECTURE_NAMES.get(config.architecture, config.architecture)} at {config.resolution} px"
+    if config.architecture == "sg3t":
+        text += f", {config.sg3_num_layers} layers"
+    return text + f", feature maps up to {config.channel_max} (channel base {config.channel_base})"
+
+
 def generators_table(outcome: Outcome) -> pd.DataFrame:
-    """Per generator: its StyleGAN config, where it came from, kimg, training seconds and s/kimg."""
+    """Per generator: its StyleGAN architecture, where it came from, kimg, training seconds and s/kimg."""
     rows = []
     for kind, trained in outcome.generators.items():
         stylegan = trained.generator.config
-        rows.append({"kind": kind, "config": stylegan.description, "resolution": stylegan.resolution,
+        rows.append({"kind": kind, "config": describe_stylegan(stylegan), "resolution": stylegan.resolution,
                      "channels": stylegan.image_channels, "source": trained.source, "kimg": trained.kimg,
                      "resumed_from_kimg": trained.resumed_from_kimg, "train_seconds": trained.seconds,
                      "s_per_kimg": trained.seconds_per_kimg})

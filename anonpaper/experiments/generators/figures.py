@@ -75,7 +75,8 @@ def plot_training(outcome: Outcome):
         kimg = losses["step"] * outcome.config.batch_size / 1000
         for column, label in (("loss_d", "D loss"), ("loss_g_adv", "G loss")):
             axis.plot(kimg, losses[column].rolling(20, min_periods=1).mean(), label=label)
-        axis.set_xlabel("kimg")
+        axis.set_xlabel("thousands of real images shown (kimg)", fontsize=8)
+        axis.set_ylabel("non-saturating logistic loss\n(running mean of 20 steps)", fontsize=8)
         axis.set_title(kind, fontsize=9)
         axis.legend(fontsize=7)
     figure.tight_layout()

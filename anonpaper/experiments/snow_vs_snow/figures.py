@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from anonpaper.experiments.plotting import label_points
 from anonpaper.experiments.snow_vs_snow.analysis import PAPER_P_VALUES, PAPER_TABLES, tradeoff_points
 from anonpaper.experiments.snow_vs_snow.pipeline import METHOD_LABELS, METHODS, Outcome
 
@@ -20,6 +21,7 @@ def plot_tradeoff(outcome: Outcome):
     import matplotlib.pyplot as plt
 
     figure, (ours, paper) = plt.subplots(1, 2, figsize=(11, 4.4))
+    labelled = []  # (x, y, label, colour): placed once the layout is final, so that no two overlap
     for method in METHODS:
         points = tradeoff_points(outcome.scores, method)
         errors = outcome.scores.set_index(["method", "p", "task"])["se"]
@@ -28,9 +30,11 @@ def plot_tradeoff(outcome: Outcome):
                       yerr=100 * points["dr_f1_se"], label=METHOD_LABELS[method], capsize=2, lw=1.5,
                       **METHOD_STYLE[method])
         for _, row in points.iterrows():
-            ours.annotate("orig." if row["p"] == 0 else f"p={row['p']:g}",
-                          (100 * row["attacker_accuracy"], 100 * row["dr_f1"]), textcoords="offset points",
-                          xytext=(4, 4), fontsize=8, color=METHOD_STYLE[method]["color"])
+            if row["p"] == 0 and labelled and labelled[0][2] == "original":
+                continue  # both curves start at the original images: one label
+            labelled.append((100 * row["attacker_accuracy"], 100 * row["dr_f1"],
+                             "original" if row["p"] == 0 else f"p={row['p']:g}",
+                             "black" if row["p"] == 0 else METHOD_STYLE[method]["color"]))
     ours.axvline(100 * outcome.chance, color="grey", ls="--", lw=1, label=f"chance ({100 * outcome.chance:.0f} %)")
     ours.set(title="Ours (phantom); bars: SE (test patients and training seeds)",
              xlabel="attacker accuracy on sex (%)  <- more private",
@@ -46,6 +50,8 @@ def plot_tradeoff(outcome: Outcome):
               ylabel="DR F1 (%)")
     paper.legend(fontsize=7)
     figure.tight_layout()
+    xs, ys, labels, colours = zip(*labelled)
+    label_points(ours, xs, ys, labels, colours, fontsize=8)
     return figure
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from anonpaper.experiments.plotting import label_points
 from anonpaper.experiments.vascular.analysis import tradeoff_table
 from anonpaper.experiments.vascular.pipeline import METHODS, OURS, Outcome
 
@@ -34,14 +35,42 @@ def _placeholder(text: str):
     return figure
 
 
-def _column_grid(columns: list[tuple[str, np.ndarray]], title: str, size: float = 1.45):
-    """Images in columns (label, (rows, C, H, W)), labels on the first row."""
+# A mean absolute pixel change (images in [0, 1]) below this is invisible on the page: about 1/255 of the range.
+VISIBLE_CHANGE = 0.005
+
+
+def _mean_change(images: np.ndarray, reference: np.ndarray) -> float:
+    """Mean absolute pixel difference between two stacks of images in [0, 1] (NaN when their shapes differ)."""
+    images, reference = np.asarray(images, dtype=float), np.asarray(reference, dtype=float)
+    return float(np.abs(images - reference).mean()) if images.shape == reference.shape else float("nan")
+
+
+def _change_note(changes: list[float]) -> str:
+    """What the grid's title says about the size of the edits, measured on the images shown."""
+    finite = [change for change in changes if np.isfinite(change)]
+    if not finite:
+        return ""
+    if max(finite) < VISIBLE_CHANGE:
+        return (f"\nevery edit changes the mean pixel by less than {VISIBLE_CHANGE} of the range "
+                f"(largest {max(finite):.4f}): no visible change")
+    return f"\nmean pixel change against the reference: up to {max(finite):.3f} of the range"
+
+
+def _column_grid(columns: list[tuple[str, np.ndarray]], title: str, size: float = 1.45, reference: int | None = None):
+    """Images in columns (label, (rows, C, H, W)), labels on the first row. With ``reference`` (a column index),
+    every column right of it gives its mean absolute pixel change against it in its label, and the title says when
+    no edit is visible."""
     rows = len(columns[0][1])
-    figure, axes = plt.subplots(rows, len(columns), figsize=(size * len(columns), size * rows), squeeze=False)
+    changes = {}
+    if reference is not None:
+        changes = {c: _mean_change(images, columns[reference][1]) for c, (_, images) in enumerate(columns)
+                   if c > reference}
+    figure, axes = plt.subplots(rows, len(columns), figsize=(size * len(columns), size * rows + 0.3), squeeze=False)
     for c, (label, images) in enumerate(columns):
+        shown = f"{label}\nchange {changes[c]:.4f}" if c in changes and np.isfinite(changes[c]) else label
         for r in range(rows):
-            _show(axes[r, c], images[r], label if r == 0 else "")
-    figure.suptitle(title, fontsize=9)
+            _show(axes[r, c], images[r], shown if r == 0 else "")
+    figure.suptitle(title + _change_note(list(changes.values())), fontsize=9)
     figure.tight_layout()
     return figure
 
@@ -92,14 +121,18 @@ def plot_channel_edits(outcome: Outcome):
     samples = outcome.samples
     edits = samples["channel_edits"]
     count = len(samples["scored"])
-    figure, axes = plt.subplots(len(edits) + 1, count, figsize=(1.6 * count, 1.6 * (len(edits) + 1)), squeeze=False)
+    figure, axes = plt.subplots(len(edits) + 1, count, figsize=(1.6 * count, 1.6 * (len(edits) + 1) + 0.3),
+                                squeeze=False)
     layout_names = dict(zip(outcome.channels["index"], zip(outcome.channels["layer"], outcome.channels["channel"])))
+    changes = {index: _mean_change(images[:count], samples["scored"][:count]) for index, images in edits.items()}
     for column in range(count):
         _show(axes[0, column], samples["scored"][column], "original" if column == 0 else "")
         for row, (index, images) in enumerate(edits.items(), start=1):
             layer, channel = layout_names[index]
-            _show(axes[row, column], images[column], f"{layer}:{channel}, alpha 1" if column == 0 else "")
-    figure.suptitle("Editing each of the best channels (rows) toward its mean", fontsize=9)
+            _show(axes[row, column], images[column], f"{layer}:{channel}, alpha 1, change {changes[index]:.4f}"
+                  if column == 0 else "")
+    figure.suptitle("Editing each of the best channels (rows) toward its mean"
+                    + _change_note(list(changes.values())), fontsize=9)
     figure.tight_layout()
     return figure
 
@@ -114,7 +147,8 @@ def plot_strengths(outcome: Outcome, image_set: str = "generated"):
     columns += [("projection" if "targets" in example else "original", example["originals"])]
     columns += [(f"alpha {alpha:g}", example["edits"][(OURS, alpha)]) for alpha in alphas
                 if (OURS, alpha) in example["edits"]]
-    return _column_grid(columns, f"Top-channel edit (Eq. 11) at increasing strength, {image_set} images")
+    return _column_grid(columns, f"Top-channel edit (Eq. 11) at increasing strength, {image_set} images",
+                        reference=1 if "targets" in example else 0)  # the image the edits start from
 
 
 def plot_methods(outcome: Outcome, image_set: str = "generated"):
@@ -126,7 +160,8 @@ def plot_methods(outcome: Outcome, image_set: str = "generated"):
     columns = [("reference", example["originals"])]
     columns += [(method, example["edits"][(method, alpha)]) for method in METHODS
                 if (method, alpha) in example["edits"]]
-    return _column_grid(columns, f"Methods at matched edit strength (alpha {alpha:g}), {image_set} images", 1.5)
+    return _column_grid(columns, f"Methods at matched edit strength (alpha {alpha:g}), {image_set} images", 1.5,
+                        reference=0)
 
 
 def plot_tradeoff(outcome: Outcome, image_set: str = "generated"):
@@ -147,31 +182,46 @@ def plot_tradeoff(outcome: Outcome, image_set: str = "generated"):
     return figure
 
 
+# The metrics of paper Fig. 10 and ours, each with the direction a reader should know (more private / more kept).
+STRENGTH_METRICS = (("fd", "FD (vessel U-Net)", "higher = further from real"),
+                    ("unet_distance", "U-Net feature distance", "higher = more changed"),
+                    ("fs_sift", "FS_SIFT", "lower = less matchable"),
+                    ("fs_sr", "FS_SR", "lower = less matchable"),
+                    ("rroi", "RROI", "higher = lesions kept"),
+                    ("ams", "AMS", "higher = exudate label kept"),
+                    ("dr_agreement", "DR agreement", "higher = DR class kept"),
+                    ("rank1", "rank-1 re-identification", "lower = more private"))
+
+
 def plot_metrics_by_strength(outcome: Outcome, image_set: str = "generated"):
-    """Our top-channel edit's metrics over alpha, each min-max normalised to [0, 1] (paper Fig. 10)."""
+    """Our top-channel edit's metrics over alpha (paper Fig. 10), one panel per metric on its own raw scale, with
+    error bars of two standard errors where the sweep has them. No rescaling: a metric that barely moves is drawn
+    as barely moving (the paper's Fig. 10 normalises; a min-max rescaling would draw 0.94 -> 0.87 as 1 -> 0)."""
     frame = outcome.sweep
     part = frame[(frame["image_set"] == image_set) & (frame["method"] == OURS)].sort_values("alpha")
-    figure, axis = plt.subplots(figsize=(6, 3.5))
-    undefined = []
-    for metric, label in (("fd", "FD"), ("lpips", "LPIPS"), ("fs_sift", "FS_SIFT"), ("fs_sr", "FS_SR"),
-                          ("rroi", "RROI"), ("ams", "AMS"), ("dr_agreement", "DR agreement"),
-                          ("rank1", "rank-1 re-id")):
-        if metric not in part:
-            continue
+    metrics = [entry for entry in STRENGTH_METRICS if entry[0] in part]
+    if part.empty or not metrics:
+        return _placeholder(f"no sweep of the top-channel edit on {image_set} images in this run")
+    columns = 4
+    rows = int(np.ceil(len(metrics) / columns))
+    figure, axes = plt.subplots(rows, columns, figsize=(3.1 * columns, 2.3 * rows), squeeze=False)
+    alphas = part["alpha"].to_numpy(dtype=float)
+    for axis, (metric, label, direction) in zip(axes.flat, metrics):
         values = part[metric].to_numpy(dtype=float)
-        if not np.isfinite(values).any():
-            undefined.append(label)  # e.g. RROI without vessel pixels: no line rather than a line of zeros
+        axis.set_title(f"{label}\n({direction})", fontsize=8)
+        axis.set_xlabel("alpha (edit strength)", fontsize=8)
+        axis.tick_params(labelsize=7)
+        if not np.isfinite(values).any():  # e.g. RROI without vessel pixels: say so rather than draw zeros
+            axis.text(0.5, 0.5, "undefined in this run", ha="center", va="center", fontsize=8,
+                      transform=axis.transAxes)
             continue
-        span = np.nanmax(values) - np.nanmin(values)
-        normalised = (values - np.nanmin(values)) / span if span > 0 else np.zeros_like(values)
-        axis.plot(part["alpha"], normalised, marker="o", label=label)
-    axis.set_xlabel("alpha")
-    axis.set_ylabel("normalised value")
-    if undefined:
-        axis.text(0.01, 0.01, "undefined in this run: " + ", ".join(undefined), transform=axis.transAxes, fontsize=7,
-                  va="bottom")
-    axis.legend(fontsize=7, ncol=2)
-    axis.set_title(f"Metrics of the top-channel edit over alpha, {image_set} images", fontsize=9)
+        errors = part[f"{metric}_se"].to_numpy(dtype=float) * 2 if f"{metric}_se" in part else None
+        axis.errorbar(alphas, values, yerr=errors, marker="o", markersize=3, capsize=2, color="C0")
+        axis.margins(y=0.15)
+    for axis in list(axes.flat)[len(metrics):]:
+        axis.axis("off")
+    figure.suptitle(f"Metrics of the top-channel edit over alpha, {image_set} images (raw values; bars: 2 SE)",
+                    fontsize=9)
     figure.tight_layout()
     return figure
 
@@ -185,10 +235,13 @@ def plot_privacy_utility(outcome: Outcome):
                 ("ams", "AMS (higher keeps the exudate label)", "no exudate classifier"),
                 ("dr_agreement", "DR agreement (higher keeps the DR class)", "no DR classifier: no DR label"))
     figure, axes = plt.subplots(len(sets), len(measures), figsize=(14, 3.4 * len(sets)), squeeze=False)
+    labelled = {}  # per axis: (x, y, alpha, colour), placed once the layout is final so that no two overlap
     for r, image_set in enumerate(sets):
         part = outcome.sweep[outcome.sweep["image_set"] == image_set]
         for c, (metric, label, why) in enumerate(measures):
             axis = axes[r, c]
+            if not np.isfinite(part["rank1"].to_numpy(dtype=float)).any():  # generated: no second image to find
+                metric, label, why = "rank1", "rank-1 (the attacker)", "no second image of the identity to find"
             if metric not in part or not np.isfinite(part[metric].to_numpy(dtype=float)).any():
                 axis.axis("off")
                 axis.text(0.5, 0.5, f"{label.split(' (')[0]} undefined on {image_set} images in this run\n({why})",
@@ -199,18 +252,22 @@ def plot_privacy_utility(outcome: Outcome):
                 if curve.empty or "rank1" not in curve:
                     continue
                 axis.plot(curve["rank1"], curve[metric], marker="o", ms=3, color=COLOURS[method], label=method)
-                for x, y, alpha in zip(curve["rank1"], curve[metric], curve["alpha"]):
-                    if np.isfinite(x) and np.isfinite(y):
-                        axis.annotate(f"{alpha:g}", (x, y), fontsize=5, color=COLOURS[method])
+                ends = curve.dropna(subset=["rank1", metric]).iloc[[0, -1]].drop_duplicates("alpha")
+                labelled.setdefault(axis, []).extend(  # each curve's weakest and strongest edit only
+                    (x, y, f"{alpha:g}", COLOURS[method]) for x, y, alpha in zip(ends["rank1"], ends[metric],
+                                                                                 ends["alpha"]))
             unedited = part[part["method"] == "unedited"]
             if len(unedited):
                 axis.axvline(float(unedited["rank1"].iloc[0]), color="grey", ls=":", lw=1,
                              label="unedited" if image_set == "generated" else "projection, unedited")
             axis.set_xlabel("attacker rank-1 re-identification (lower = more private)")
             axis.set_ylabel(label)
-            axis.set_title(f"{image_set} images (numbers: alpha)", fontsize=9)
+            axis.set_title(f"{image_set} images (numbers: alpha at each curve's ends)", fontsize=9)
             axis.legend(fontsize=6)
     figure.tight_layout()
+    for axis, points in labelled.items():
+        xs, ys, names, colours = zip(*points)
+        label_points(axis, xs, ys, names, colours, fontsize=6)
     return figure
 
 
