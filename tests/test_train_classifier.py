@@ -81,3 +81,18 @@ def test_cosine_lr_schedule_anneals_and_unknown_schedule_is_rejected():
     with pytest.raises(ValueError, match="lr_schedule must be"):
         train_classifier(build_classifier("small_cnn", 3, 2), train, val,
                          TrainSettings(epochs=1, batch_size=8, lr_schedule="step", device="cpu", progress=False))
+
+
+@pytest.mark.gpu
+def test_classifier_loop_on_cuda_channels_last_with_augmentation_on_the_gpu():
+    """The CUDA path of the loop (pinned non-blocking copies, augmentation on the GPU, channels-last, bfloat16
+    autocast, the loss read once per epoch) trains and learns; CPU and GPU arithmetic differ, so only the outcome
+    is compared."""
+    train, val = _separable(48, 0), _separable(24, 1)
+    torch.manual_seed(0)
+    result = train_classifier(build_classifier("small_cnn", 3, 2), train, val,
+                              TrainSettings(epochs=5, batch_size=16, lr=3e-3, seed=0, device="cuda", progress=False),
+                              augment=paper2_augmentation())
+    convolution = next(m for m in result.model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert convolution.weight.is_cuda and convolution.weight.is_contiguous(memory_format=torch.channels_last)
+    assert np.isfinite(result.history["train_loss"]).all() and result.best_score >= 0.9

@@ -16,6 +16,7 @@ from torch.nn import functional as F
 from anonpaper.models.classifiers import FocalLoss, balanced_class_weights
 from anonpaper.models.normalization import InputNormalization, channel_statistics
 from anonpaper.runtime import content_hash, get_device
+from anonpaper.train.distributed import default_device
 from anonpaper.train.loop import (TrainResult, TrainSettings, as_image_tensor, as_label_tensor, batched_forward, fit,
                                   labelled_minibatches,
                                   model_device)
@@ -78,7 +79,7 @@ def train_classifier(model: nn.Module, train: tuple[Any, Any], val: tuple[Any, A
         raise ValueError(f"loss must be 'ce' or 'focal', got {loss!r}")
     if lr_schedule not in ("constant", "cosine"):
         raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {lr_schedule!r}")
-    device = get_device(device) if not isinstance(device, torch.device) else device
+    device = default_device(device)
     num_classes = _number_of_outputs(model, train_images[:2])
     for name, labels in (("train", train_labels), ("val", val_labels)):
         if labels.min() < 0 or labels.max() >= num_classes:
@@ -99,7 +100,7 @@ def train_classifier(model: nn.Module, train: tuple[Any, Any], val: tuple[Any, A
     mean, std = channel_statistics(train_images)
     wrapped = InputNormalization(model, mean, std)
     count = train_images.shape[0]
-    batches = labelled_minibatches(train_images, train_labels, batch_size, augment)
+    batches = labelled_minibatches(train_images, train_labels, batch_size, augment, device)
 
     def step(network: nn.Module, batch) -> torch.Tensor:
         images, labels = batch

@@ -1,6 +1,6 @@
 """GAN training loop for the StyleGAN2 / StyleGAN3-T generators (Karras et al. 2020, 2021), pure PyTorch.
 
-Per step (one minibatch of ``batch_size`` images per process), four phases as in the official code:
+Per step (one minibatch of ``batch_size`` images over all processes), four phases as in the official code:
 
 1. G main: non-saturating logistic loss ``softplus(-D(aug(G(z))))`` times ``adversarial_weight`` plus an optional
    ``extra_generator_loss`` (paper 1: ``0.6 * (LPIPS_vessel + LPIPS_lesion)`` with ``adversarial_weight=0.4``).
@@ -38,17 +38,38 @@ official config switches to the ``orig`` architecture) and images are not blurre
 training (``blur_init_sigma``); both are architecture/loss choices outside this module's scope.
 
 Determinism and exact resume: every random draw (batch indices, z, style mixing, noise inputs, augmentation,
-path-length noise) comes from one CPU ``torch.Generator`` per process whose state is saved in the checkpoint
-together with models, EMA, optimisers, path-length mean, ADA state, history and the global RNG states
-(:mod:`anonpaper.train.checkpoint`). A run resumed from a checkpoint continues bit for bit on CPU.
+path-length noise) comes from one CPU ``torch.Generator``, seeded alike on every process, whose state is saved in
+the checkpoint together with models, EMA, optimisers, path-length mean, ADA state, history and the global RNG
+states (:mod:`anonpaper.train.checkpoint`). A run resumed from a checkpoint continues bit for bit on CPU.
 
 Mixed precision: on CUDA with ``mixed_precision=True`` the main phases run under bfloat16 autocast (no loss scaler
 needed); regularisers always run in float32. On CPU everything is float32.
 
-Multi-GPU: launch with ``torchrun --nproc_per_node=K script.py``; the script calls :func:`init_distributed` and then
-:func:`train_gan`. Each process draws its own batches; gradients are averaged across processes with
-``all_reduce`` after every backward pass (as the official code does instead of wrapping in DDP, because the phases
-use different subsets of parameters). Rank 0 writes checkpoints, samples and progress.
+Several processes and gradient accumulation (as NVIDIA's ``--batch`` and ``--batch-gpu``): launch with
+``torchrun --nproc_per_node=K script.py``; the script calls
+:func:`anonpaper.train.distributed.init_distributed` and then :func:`train_gan`. ``batch_size`` is the global
+batch; each of the K processes trains ``batch_size / K`` images of it in ``rounds`` passes of ``batch_gpu``
+images (:meth:`GANTrainingConfig.passes`), each pass's loss weighted by its share of the batch, the gradients
+accumulated over the passes and summed over the processes (one flat ``all_reduce`` per phase, as the official code
+does rather than a DDP wrapper, because the phases train G and D in turn), then one optimiser step per phase. Rank
+0 writes checkpoints, samples, metrics and progress; every process holds the same networks, EMA and history.
+
+What a split changes, and what not. Every process draws the random numbers of the whole global batch from the
+shared stream and uses its rows: sample ``i`` of the batch goes to pass ``i mod P`` (P = K * rounds passes, pass
+``round * K + rank``), so a run's randomness does not depend on K or ``batch_gpu``, and a checkpoint resumes on any
+number of processes. The path-length penalty's running mean ``a'`` is that of the global batch (the passes'
+lengths are summed over processes before the penalty's gradient; see :func:`_split_path_length_pass`), ADA counts
+every process's reals, and ``w_avg`` is updated once per step from the global batch. The minibatch-std layer of D
+(:func:`anonpaper.models.stylegan.layers.minibatch_std`) groups the samples of one pass: it puts sample ``j`` of
+``n`` in group ``j mod (n / G)``, so with the strided assignment above the groups of a pass of ``batch_gpu``
+images are exactly the groups of one pass over the whole batch whenever the group size G divides ``batch_gpu``
+(NVIDIA's code requires that too); otherwise they differ. Two things stay per pass: StyleGAN3's input-magnitude
+estimates are updated by each pass in turn (averaged over processes after the phase), so a pass sees estimates
+that moved by at most ``1 - beta`` (about 1e-3 per step) from those of one pass; and the sums behind every
+gradient run in another order. A split step therefore equals an unsplit one up to float rounding for StyleGAN2
+(tests: ``tests/test_distributed.py``) and up to that EMA ordering for StyleGAN3. Costs: every process draws the
+whole batch's random numbers (StyleGAN2's noise maps on the CPU, K times the draws of one process) and augments a
+pass in place of its rows in a zero batch of the global size (element-wise work only).
 """
 
 from __future__ import annotations
@@ -56,7 +77,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -71,8 +91,11 @@ from torch import nn
 from anonpaper.models.stylegan.augment import AdaptiveAugmentController, adaptive_augment, diff_augment
 from anonpaper.models.stylegan.config import get_config
 from anonpaper.models.stylegan.layers import to_signed_range, to_unit_range
-from anonpaper.runtime import capture_rng_state, get_device, restore_rng_state
+from anonpaper.runtime import capture_rng_state, restore_rng_state
 from anonpaper.train.checkpoint import load_checkpoint, save_checkpoint
+from anonpaper.train.distributed import (all_reduce_gradients, all_reduce_sum, average_buffers, default_device,
+                                         rank_and_world, select_rows)
+from anonpaper.train.distributed import init_distributed  # noqa: F401 (was defined here; scripts import it)
 from anonpaper.train.loop import as_image_tensor
 
 CHECKPOINT_FORMAT = "anonpaper.gan/1"
@@ -85,7 +108,11 @@ class GANTrainingConfig:
 
     Attributes:
         total_steps: Minibatch steps to train in total (a resumed run continues up to this number).
-        batch_size: Images per step per process.
+        batch_size: Images per step, over all processes (NVIDIA's ``--batch``).
+        batch_gpu: Images per forward/backward pass on one process (NVIDIA's ``--batch-gpu``); a process runs
+            ``batch_size / (processes * batch_gpu)`` passes per step and accumulates their gradients before one
+            optimiser step. None: ``batch_size / processes`` (one pass). Keep it a multiple of the discriminator's
+            minibatch-std group size (otherwise the groups differ from one pass over the batch).
         generator_lr: Adam learning rate of G (0.0025: StyleGAN2-ADA 256 px, StyleGAN3-T, GMIA, paper 1).
         discriminator_lr: Adam learning rate of D (0.0025: StyleGAN2-ADA ``paper256`` and GMIA; StyleGAN3 and paper
             1 use 0.002, see :meth:`for_architecture`).
@@ -100,7 +127,7 @@ class GANTrainingConfig:
         path_length_batch_shrink: Divides the batch for the path-length pass (2).
         style_mixing_probability: Probability of mixing two latents at a random layer (0.9 SG2; 0 for SG3).
         adversarial_weight: Weight of the non-saturating G loss (1; paper 1 uses 0.4 with its LPIPS loss).
-        ema_kimg: Half-life of the generator EMA in thousands of images (None: ``batch_size * world * 10 / 32``).
+        ema_kimg: Half-life of the generator EMA in thousands of images (None: ``batch_size * 10 / 32``).
         ema_rampup: EMA ramp-up ratio (0.05), or None.
         magnitude_ema_kimg: Half-life, in thousands of images, of StyleGAN3's running input magnitudes during
             training (20: the official ``0.5 ** (batch / 20_000)``); None keeps the generator's own decay
@@ -111,7 +138,7 @@ class GANTrainingConfig:
         ada_interval: Steps between ADA updates (4).
         ada_kimg: Thousands of images for p to move from 0 to 1 (500 in ADA; smaller for short runs).
         mixed_precision: bfloat16 autocast on CUDA (ignored on CPU).
-        seed: Seed of the training random stream (process ``r`` uses ``seed + 1_000_003 * r``).
+        seed: Seed of the training random stream (the same on every process: it draws the global batch).
         checkpoint_every: Steps between checkpoints (0: only at the end); needs ``output_dir``.
         sample_every: Steps between sample grids written to ``output_dir/samples`` (0: never).
         metrics_every: Steps between calls of ``metrics_hook`` (0: only at the end when a hook is given).
@@ -123,6 +150,7 @@ class GANTrainingConfig:
 
     total_steps: int = 1000
     batch_size: int = 8
+    batch_gpu: int | None = None
     generator_lr: float = 0.0025
     discriminator_lr: float = 0.0025
     betas: tuple[float, float] = (0.0, 0.99)
@@ -173,6 +201,33 @@ class GANTrainingConfig:
             raise ValueError("checkpoint_every / sample_every need output_dir")
         if self.magnitude_ema_kimg is not None and not self.magnitude_ema_kimg > 0:
             raise ValueError(f"magnitude_ema_kimg must be > 0 or None, got {self.magnitude_ema_kimg!r}")
+        if self.batch_gpu is not None and (isinstance(self.batch_gpu, bool) or not isinstance(self.batch_gpu, int)
+                                           or self.batch_gpu < 1 or self.batch_size % self.batch_gpu):
+            raise ValueError(f"GANTrainingConfig.batch_gpu must be None or a positive divisor of batch_size "
+                             f"{self.batch_size}, got {self.batch_gpu!r}")
+
+    def passes(self, world_size: int = 1) -> tuple[int, int]:
+        """``(batch_gpu, rounds)``: images per forward/backward pass of one process and passes per step, for
+        ``world_size`` processes (``batch_size = world_size * rounds * batch_gpu``).
+
+        Example:
+            >>> GANTrainingConfig(batch_size=32, batch_gpu=4).passes(world_size=2)
+            (4, 4)
+
+        Raises:
+            ValueError: If the batch does not split evenly into the processes and passes.
+        """
+        if not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+        if self.batch_size % world_size:
+            raise ValueError(f"GANTrainingConfig.batch_size {self.batch_size} does not split into {world_size} "
+                             "processes; use a multiple of the number of processes")
+        per_process = self.batch_size // world_size
+        batch_gpu = per_process if self.batch_gpu is None else self.batch_gpu
+        if batch_gpu > per_process or per_process % batch_gpu:
+            raise ValueError(f"GANTrainingConfig.batch_gpu {batch_gpu} must divide the {per_process} images per "
+                             f"process (batch_size {self.batch_size} over {world_size} processes)")
+        return batch_gpu, per_process // batch_gpu
 
     @classmethod
     def for_architecture(cls, architecture: str, **changes) -> "GANTrainingConfig":
@@ -206,7 +261,7 @@ class GANTrainingConfig:
 
 
 # Official recipes per StyleGAN configuration name (sources in the module docstring). Batch sizes are totals per
-# step: with K processes divide batch_size by K.
+# step over all processes, as in the official code.
 TRAINING_RECIPES: dict[str, dict[str, Any]] = {
     "sg2-paper256": {"batch_size": 64, "generator_lr": 0.0025, "discriminator_lr": 0.0025, "r1_gamma": 1.0,
                      "ema_kimg": 20.0, "ema_rampup": None},
@@ -297,68 +352,6 @@ class GANTrainingResult:
     extras: dict = field(default_factory=dict)
 
 
-def init_distributed(backend: str | None = None) -> tuple[int, int, torch.device]:
-    """Initialise ``torch.distributed`` from torchrun's environment; returns (rank, world_size, device).
-
-    Without torchrun's variables (``WORLD_SIZE`` unset or 1) nothing is initialised and (0, 1, get_device())
-    is returned. With CUDA each process uses ``cuda:LOCAL_RANK`` and the NCCL backend; otherwise gloo.
-    """
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return 0, 1, get_device()
-    import torch.distributed as dist
-
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
-    if not dist.is_initialized():
-        dist.init_process_group(backend or ("nccl" if device.type == "cuda" else "gloo"))
-    return dist.get_rank(), dist.get_world_size(), device
-
-
-def _distributed() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _average_gradients(module: nn.Module, world: int) -> None:
-    """All-reduce (mean) every parameter's gradient across processes; missing gradients count as zero."""
-    if world <= 1:
-        return
-    import torch.distributed as dist
-
-    params = [p for p in module.parameters() if p.requires_grad]
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    flat = torch.cat([p.grad.flatten() for p in params])
-    dist.all_reduce(flat)
-    flat /= world
-    offset = 0
-    for p in params:
-        p.grad.copy_(flat[offset: offset + p.numel()].view_as(p))
-        offset += p.numel()
-
-
-def _average_running_statistics(module: nn.Module, world: int) -> None:
-    """Average G's running estimates (mapping ``w_avg``, SG3 ``magnitude_ema``) across processes, so every
-    process (and the checkpoint written by rank 0) holds the same generator."""
-    if world <= 1:
-        return
-    import torch.distributed as dist
-
-    for name, buffer in module.named_buffers():
-        if name.endswith("w_avg") or name.endswith("magnitude_ema"):
-            dist.all_reduce(buffer)
-            buffer /= world
-
-
 def _autocast(device: torch.device, enabled: bool):
     """bfloat16 autocast on CUDA when supported (no loss scaling needed); otherwise a no-op context."""
     import contextlib
@@ -430,12 +423,26 @@ def batch_source(images: Any, expected: tuple[int, int, int]) -> tuple[Callable[
     return fetch, len(images)
 
 
+def _noise_shapes(generator: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
+    """Names and (R, R) shapes of a StyleGAN2 synthesis network's noise inputs in execution order (none for
+    StyleGAN3), for a generator or a wrapper holding one as ``.generator``."""
+    network = getattr(generator, "synthesis_network", None)
+    if network is None:
+        network = getattr(getattr(generator, "generator", None), "synthesis_network", None)
+    buffers = network.noise_buffers() if hasattr(network, "noise_buffers") else {}
+    return [(name, tuple(buffer.shape)) for name, buffer in buffers.items()]
+
+
 def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, config: GANTrainingConfig, *,
               extra_generator_loss: Callable[[GeneratorLossContext], Any] | None = None,
               metrics_hook: Callable[[int, nn.Module], dict] | None = None,
               latents_from_images: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
               device: str | torch.device | None = None, resume: bool = True) -> GANTrainingResult:
     """Train a :class:`StyleGenerator` against a :class:`ResidualDiscriminator`.
+
+    In a process group (:func:`anonpaper.train.distributed.init_distributed` under ``torchrun``) every process
+    runs this function with the same arguments; ``config.batch_size`` is the global batch, each process trains
+    its share in passes of ``config.batch_gpu`` images, and rank 0 writes (see the module docstring).
 
     Args:
         generator: The generator (modified in place: trained).
@@ -445,38 +452,42 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
             generator's channels and resolution. Not modified (float32 copies are mapped to [-1, 1]).
         config: :class:`GANTrainingConfig`.
         extra_generator_loss: Optional hook ``f(GeneratorLossContext) -> loss`` or ``-> (loss, {name: value})``;
-            the scalar loss is added (as returned; weight it inside) to the G main loss.
+            the scalar loss is added (as returned; weight it inside) to the G main loss. With passes of
+            ``batch_gpu`` images the hook sees one pass at a time and its loss must be a mean over that pass.
         metrics_hook: Optional ``f(step, generator_ema) -> {name: float}`` called every ``metrics_every`` steps
-            and at the end; values go to the history and ``metrics.jsonl``.
+            and at the end (rank 0 only); values go to the history and ``metrics.jsonl``.
         latents_from_images: Optional ``f(generator, real_images) -> ws``: when given, every phase synthesises
             from the latents of the phase's real batch (its first images for the path-length pass) instead of
             mapped random z, without style mixing: GMIA's co-training of an encoder with the synthesis network
             (see :mod:`anonpaper.train.gmia`); ``generator`` then holds the encoder too.
         device: Device (default: torchrun's local device or :func:`anonpaper.runtime.get_device`).
-        resume: Continue from ``output_dir/checkpoint.pt`` when it exists.
+        resume: Continue from ``output_dir/checkpoint.pt`` when it exists (written with any number of processes).
 
     Returns:
-        :class:`GANTrainingResult`.
+        :class:`GANTrainingResult` (the same on every process).
 
     Raises:
-        ValueError: If the images do not match the generator, are outside [0, 1], or the checkpoint does not fit.
+        ValueError: If the images do not match the generator, are outside [0, 1], the batch does not split into
+            the processes and passes, or the checkpoint does not fit.
     """
-    rank, world = _distributed()
-    if device is None:
-        device = torch.device("cuda", torch.cuda.current_device()) if world > 1 and torch.cuda.is_available() \
-            else get_device()
-    device = torch.device(device)
+    rank, world = rank_and_world()
+    device = default_device(device)
     expected = (generator.image_channels, generator.resolution, generator.resolution)
     fetch_batch, dataset_size = batch_source(images, expected)
     batch = config.batch_size
+    _, rounds = config.passes(world)  # (images per pass, passes per process and step)
+    chunks = world * rounds  # passes per step over all processes; sample i of a global batch goes to i mod chunks
+    split = chunks > 1
+    my_chunks = [round_ * world + rank for round_ in range(rounds)]
 
     G = generator.to(device).train()
     D = discriminator.to(device).train()
     if config.magnitude_ema_kimg is not None:
-        # StyleGAN3 layers: the decay follows the images per step, not a fixed 0.999.
+        # StyleGAN3 layers: the decay follows the images per update. Each pass updates the estimates with its own
+        # images and the processes' estimates are averaged, so one update stands for batch / rounds images.
         for module in G.modules():
             if hasattr(module, "magnitude_ema_beta"):
-                module.magnitude_ema_beta = magnitude_ema_beta(batch * world, config.magnitude_ema_kimg)
+                module.magnitude_ema_beta = magnitude_ema_beta(batch // rounds, config.magnitude_ema_kimg)
     G_ema = copy.deepcopy(G).eval()
     _set_requires_grad(G_ema, False)
     g_ratio = config.path_length_interval / (config.path_length_interval + 1) if config.path_length_weight > 0 else 1.0
@@ -485,7 +496,8 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
                              betas=(config.betas[0] ** g_ratio, config.betas[1] ** g_ratio), eps=1e-8)
     opt_D = torch.optim.Adam(D.parameters(), lr=config.discriminator_lr * d_ratio,
                              betas=(config.betas[0] ** d_ratio, config.betas[1] ** d_ratio), eps=1e-8)
-    rng = torch.Generator().manual_seed(config.seed + 1_000_003 * rank)
+    # One stream of the global batch's random draws, the same on every process.
+    rng = torch.Generator().manual_seed(config.seed)
     ada = AdaptiveAugmentController(config.ada_target, int(config.ada_kimg * 1000))
     pl_mean = torch.zeros([], device=device)
     history: list[dict] = []
@@ -496,59 +508,95 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
     if resume and checkpoint_path is not None:
         state = load_checkpoint(checkpoint_path)
         if state is not None:
-            if state.get("format") != CHECKPOINT_FORMAT or state.get("world_size", 1) != world:
-                raise ValueError(f"checkpoint {checkpoint_path} has format {state.get('format')!r} / world size "
-                                 f"{state.get('world_size')}; expected {CHECKPOINT_FORMAT!r} / {world}")
+            streams = state.get("training_rng") or []
+            if state.get("format") != CHECKPOINT_FORMAT or len(streams) != 1:
+                raise ValueError(f"checkpoint {checkpoint_path} has format {state.get('format')!r} with "
+                                 f"{len(streams)} random streams; expected {CHECKPOINT_FORMAT!r} with one (older "
+                                 "multi-process runs kept one stream per process and cannot resume: delete it)")
             G.load_state_dict(state["generator"])
             G_ema.load_state_dict(state["generator_ema"])
             D.load_state_dict(state["discriminator"])
             opt_G.load_state_dict(state["optimizer_generator"])
             opt_D.load_state_dict(state["optimizer_discriminator"])
-            rng.set_state(state["training_rng"][rank])
+            rng.set_state(streams[0])
             ada.load_state_dict(state["ada"])
             pl_mean = state["path_length_mean"].to(device)
             history = list(state["history"])
             start_step = int(state["step"])
             restore_rng_state(state["global_rng"])
     resumed_from = start_step
+    noise_shapes = _noise_shapes(G) if split else []
 
-    def augment(x: torch.Tensor) -> torch.Tensor:
+    def local_chunks(total: int) -> list[tuple[int, torch.Tensor | None, float]]:
+        """This process's passes over a global batch of ``total``: (slot, rows, share of the batch); rows None is
+        the whole batch. A pass may hold no row (a small path-length batch) and is then left out."""
+        if not split:
+            return [(0, None, 1.0)]
+        passes = []
+        for slot, chunk in enumerate(my_chunks):
+            rows = torch.arange(chunk, total, chunks)
+            if rows.numel():
+                passes.append((slot, rows, rows.numel() / total))
+        return passes
+
+    def augment(x: torch.Tensor, rows: torch.Tensor | None = None, total: int = 0) -> torch.Tensor:
+        if config.augment == "none":
+            return x
+        if rows is not None:
+            # The transforms draw their parameters per sample of the whole batch: a pass is augmented in place of
+            # its rows in a zero batch of the global size (every transform acts on each sample alone), so it gets
+            # the parameters a single pass would give those rows. Costs element-wise work, no network pass.
+            index = rows.to(x.device)
+            x = x.new_zeros((total, *x.shape[1:])).index_copy(0, index, x)
         if config.augment == "diffaugment":
-            return diff_augment(x, config.augment_policy, generator=rng)
-        if config.augment == "ada":
-            return adaptive_augment(x, ada.probability, config.augment_policy, generator=rng)
-        return x
+            x = diff_augment(x, config.augment_policy, generator=rng)
+        else:
+            x = adaptive_augment(x, ada.probability, config.augment_policy, generator=rng)
+        return x if rows is None else x.index_select(0, rows.to(x.device))
 
-    def sample_ws(count: int, real_images: torch.Tensor, update_w_avg: bool = False) -> torch.Tensor:
+    def draw_latents(count: int):
+        """The latent draws for ``count`` images: z, the style-mixing decision and cut-off, and the mixing z."""
         if latents_from_images is not None:
-            return latents_from_images(G, real_images[:count])
-        z = torch.randn(count, G.z_dim, generator=rng).to(device)
-        ws = G.mapping(z, update_w_avg=update_w_avg)
+            return None
+        z = torch.randn(count, G.z_dim, generator=rng)
         # Style mixing: random draws are taken every time so the stream does not depend on the probability.
         mix_draw = float(torch.rand([], generator=rng))
         cutoff = int(torch.randint(1, G.num_ws, [], generator=rng)) if G.num_ws > 1 else 1
-        z_mix = torch.randn(count, G.z_dim, generator=rng).to(device)
+        z_mix = torch.randn(count, G.z_dim, generator=rng)
+        return z, mix_draw, cutoff, z_mix
+
+    def latents(drawn, rows: torch.Tensor | None, real_images: torch.Tensor | None, count: int,
+                update_w_avg: bool = False) -> torch.Tensor:
+        if latents_from_images is not None:
+            return latents_from_images(G, real_images[:count])
+        z, mix_draw, cutoff, z_mix = drawn
+        ws = G.mapping(select_rows(z, rows).to(device), update_w_avg=update_w_avg)
         if mix_draw < config.style_mixing_probability and G.num_ws > 1:
-            ws_mix = G.mapping(z_mix, update_w_avg=False)
+            ws_mix = G.mapping(select_rows(z_mix, rows).to(device), update_w_avg=False)
             ws = torch.cat([ws[:, :cutoff], ws_mix[:, cutoff:]], dim=1)
         return ws
 
-    def checkpoint(step: int) -> None:
-        if checkpoint_path is None:
-            return
-        rng_states = [rng.get_state()]
-        if world > 1:
-            import torch.distributed as dist
+    def draw_noise(count: int) -> dict[str, torch.Tensor] | None:
+        """StyleGAN2's noise maps of a global batch, drawn as the synthesis network would draw them in one pass."""
+        if not split:
+            return None  # drawn inside the synthesis network
+        return {name: torch.randn(count, 1, *shape, generator=rng) for name, shape in noise_shapes}
 
-            rng_states = [None] * world
-            dist.all_gather_object(rng_states, rng.get_state())
-        if rank != 0:
+    def synthesize(ws: torch.Tensor, noise: dict | None, rows: torch.Tensor | None, **options) -> torch.Tensor:
+        if noise is None:
+            return G.synthesis(ws, noise_mode="random", noise_generator=rng, **options)
+        return G.synthesis(ws, noise_mode="random", noise_inputs={name: select_rows(value, rows)
+                                                                  for name, value in noise.items()} or None,
+                           **options)
+
+    def checkpoint(step: int) -> None:
+        if checkpoint_path is None or rank != 0:
             return
         save_checkpoint(checkpoint_path, {
             "format": CHECKPOINT_FORMAT, "step": step, "world_size": world,
             "generator": G.state_dict(), "generator_ema": G_ema.state_dict(), "discriminator": D.state_dict(),
             "optimizer_generator": opt_G.state_dict(), "optimizer_discriminator": opt_D.state_dict(),
-            "training_rng": rng_states, "global_rng": capture_rng_state(), "ada": ada.state_dict(),
+            "training_rng": [rng.get_state()], "global_rng": capture_rng_state(), "ada": ada.state_dict(),
             "path_length_mean": pl_mean.detach().cpu(), "history": history,
             "training_config": asdict(config), "generator_config": getattr(G, "config", None)})
 
@@ -559,87 +607,144 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
         from tqdm.auto import tqdm
 
         progress = tqdm(total=config.total_steps, initial=start_step, desc="train GAN", unit="step")
-    ema_kimg = config.ema_kimg if config.ema_kimg is not None else batch * world * 10 / 32
+    ema_kimg = config.ema_kimg if config.ema_kimg is not None else batch * 10 / 32
     tick = time.perf_counter()
     for step in steps:
         row: dict[str, float] = {"step": step + 1}
-        real = fetch_batch(torch.randint(dataset_size, (batch,), generator=rng)).to(device)
+        summed: list[str] = []  # row entries that are this process's share of a global-batch mean
+        ada_signs = [0.0, 0.0]  # this step's sum of sign(D(real)) and count, for ADA
+
+        def add(name: str, value: Any, share: float) -> None:
+            if name not in row:
+                row[name] = 0.0
+                summed.append(name)
+            row[name] += float(value) * share if split else float(value)
+
+        indices = torch.randint(dataset_size, (batch,), generator=rng)
+        passes = local_chunks(batch)
+        reals = [fetch_batch(select_rows(indices, rows)).to(device) for _, rows, _ in passes]
 
         # Phase 1: G main.
         _set_requires_grad(G, True)
         _set_requires_grad(D, False)
-        with _autocast(device, config.mixed_precision):
-            ws = sample_ws(batch, real)
-            fake = G.synthesis(ws, noise_mode="random", noise_generator=rng)
-            logits = D(augment(fake))
-            loss_adv = F.softplus(-logits.float()).mean()
-            loss_G = config.adversarial_weight * loss_adv
-            if extra_generator_loss is not None:
-                extra = extra_generator_loss(GeneratorLossContext(fake, ws, real, step, G))
-                extra, extra_logs = extra if isinstance(extra, tuple) else (extra, {})
-                loss_G = loss_G + extra.float()
-                row["loss_g_extra"] = float(extra.detach())
-                row.update({f"extra_{k}": float(v) for k, v in extra_logs.items()})
+        drawn, noise = draw_latents(batch), draw_noise(batch)
+        augment_state = rng.get_state()
         opt_G.zero_grad(set_to_none=True)
-        loss_G.backward()
-        _average_gradients(G, world)
+        for slot, rows, share in passes:
+            if split:
+                rng.set_state(augment_state)
+            real = reals[slot]
+            with _autocast(device, config.mixed_precision):
+                ws = latents(drawn, rows, real, real.shape[0])
+                fake = synthesize(ws, noise, rows)
+                logits = D(augment(fake, rows, batch))
+                loss_adv = F.softplus(-logits.float()).mean()
+                loss_G = config.adversarial_weight * loss_adv
+                if extra_generator_loss is not None:
+                    extra = extra_generator_loss(GeneratorLossContext(fake, ws, real, step, G))
+                    extra, extra_logs = extra if isinstance(extra, tuple) else (extra, {})
+                    loss_G = loss_G + extra.float()
+                    add("loss_g_extra", extra.detach(), share)
+                    for name, value in extra_logs.items():
+                        add(f"extra_{name}", value, share)
+            (loss_G * share if split else loss_G).backward()
+            add("loss_g_adv", loss_adv.detach(), share)
+            add("logits_fake_g", logits.detach().float().mean(), share)
+        all_reduce_gradients(G.parameters())
         opt_G.step()
-        row["loss_g_adv"] = float(loss_adv.detach())
-        row["logits_fake_g"] = float(logits.detach().float().mean())
 
         # Phase 2: G reg (path length), lazy.
         if config.path_length_weight > 0 and step % config.path_length_interval == 0:
             pl_batch = max(1, batch // config.path_length_batch_shrink)
-            ws = sample_ws(pl_batch, real)
-            fake = G.synthesis(ws, noise_mode="random", noise_generator=rng)
-            pl_noise = torch.randn(fake.shape, generator=rng).to(device) / math.sqrt(fake.shape[2] * fake.shape[3])
-            (grads,) = torch.autograd.grad((fake * pl_noise).sum(), ws, create_graph=True)
-            lengths = grads.square().sum(dim=2).mean(dim=1).sqrt()
-            penalty, pl_mean = path_length_penalty(lengths, pl_mean, config.path_length_decay)
-            loss_pl = penalty.mean() * config.path_length_weight * config.path_length_interval
+            scale = config.path_length_weight * config.path_length_interval
+            drawn, noise = draw_latents(pl_batch), draw_noise(pl_batch)
             opt_G.zero_grad(set_to_none=True)
-            loss_pl.backward()
-            _average_gradients(G, world)
+            if not split:
+                ws = latents(drawn, None, reals[0], pl_batch)
+                fake = synthesize(ws, noise, None)
+                pl_noise = torch.randn(fake.shape, generator=rng).to(device) / math.sqrt(fake.shape[2] * fake.shape[3])
+                (grads,) = torch.autograd.grad((fake * pl_noise).sum(), ws, create_graph=True)
+                lengths = grads.square().sum(dim=2).mean(dim=1).sqrt()
+                penalty, pl_mean = path_length_penalty(lengths, pl_mean, config.path_length_decay)
+                loss_pl = penalty.mean() * scale
+                loss_pl.backward()
+                add("loss_path_length", loss_pl.detach(), 1.0)
+            else:
+                pl_mean = _split_path_length_pass(
+                    pl_batch, local_chunks(pl_batch), reals, pl_mean, config.path_length_decay, scale,
+                    lambda rows, real: latents(drawn, rows, real, rows.numel()),
+                    lambda ws, rows: synthesize(ws, noise, rows),
+                    torch.randn(pl_batch, *expected, generator=rng), rounds, device, add)
+            all_reduce_gradients(G.parameters())
             opt_G.step()
-            row["loss_path_length"] = float(loss_pl.detach())
             row["path_length_mean"] = float(pl_mean)
 
         # Phase 3: D main. The fake pass updates G's running statistics (w_avg, SG3 magnitudes).
         _set_requires_grad(G, False)
         _set_requires_grad(D, True)
-        with _autocast(device, config.mixed_precision):
-            with torch.no_grad():
-                ws = sample_ws(batch, real, update_w_avg=True)
-                fake = G.synthesis(ws, noise_mode="random", noise_generator=rng, update_emas=True)
-            logits_fake = D(augment(fake)).float()
-            logits_real = D(augment(real)).float()
-            loss_D = F.softplus(logits_fake).mean() + F.softplus(-logits_real).mean()
-        ada.accumulate(logits_real)
+        drawn = draw_latents(batch)
+        ws_all = None
+        if not split or latents_from_images is None:
+            # The mapping of the whole batch (cheap) updates w_avg once, with the global batch, on every process.
+            with _autocast(device, config.mixed_precision), torch.no_grad():
+                ws_all = latents(drawn, None, reals[0], batch, update_w_avg=True)
+        noise = draw_noise(batch)
+        augment_state = rng.get_state()
         opt_D.zero_grad(set_to_none=True)
-        loss_D.backward()
-        _average_gradients(D, world)
+        for slot, rows, share in passes:
+            if split:
+                rng.set_state(augment_state)
+            real = reals[slot]
+            with _autocast(device, config.mixed_precision):
+                with torch.no_grad():
+                    ws = select_rows(ws_all, rows) if ws_all is not None else latents(None, rows, real, real.shape[0])
+                    fake = synthesize(ws, noise, rows, update_emas=True)
+                logits_fake = D(augment(fake, rows, batch)).float()
+                logits_real = D(augment(real, rows, batch)).float()
+                loss_D = F.softplus(logits_fake).mean() + F.softplus(-logits_real).mean()
+            if world == 1:
+                ada.accumulate(logits_real)
+            else:
+                ada_signs[0] += float(torch.sign(logits_real.detach()).sum())
+                ada_signs[1] += logits_real.numel()
+            (loss_D * share if split else loss_D).backward()
+            add("loss_d", loss_D.detach(), share)
+            add("logits_real", logits_real.detach().mean(), share)
+            add("logits_fake", logits_fake.detach().mean(), share)
+        all_reduce_gradients(D.parameters())
         opt_D.step()
-        _average_running_statistics(G, world)
-        row.update(loss_d=float(loss_D.detach()), logits_real=float(logits_real.detach().mean()),
-                   logits_fake=float(logits_fake.detach().mean()))
+        average_buffers(G, lambda name: name.endswith("w_avg") or name.endswith("magnitude_ema"))
 
         # Phase 4: D reg (R1 on the un-augmented reals), lazy.
         if config.r1_gamma > 0 and step % config.r1_interval == 0:
-            real_input = real.detach().requires_grad_(True)
-            (grads,) = torch.autograd.grad(D(augment(real_input)).sum(), real_input, create_graph=True)
-            loss_r1 = grads.square().sum(dim=[1, 2, 3]).mean() * (config.r1_gamma / 2) * config.r1_interval
+            augment_state = rng.get_state()
             opt_D.zero_grad(set_to_none=True)
-            loss_r1.backward()
-            _average_gradients(D, world)
+            for slot, rows, share in passes:
+                if split:
+                    rng.set_state(augment_state)
+                real_input = reals[slot].detach().requires_grad_(True)
+                (grads,) = torch.autograd.grad(D(augment(real_input, rows, batch)).sum(), real_input,
+                                               create_graph=True)
+                loss_r1 = grads.square().sum(dim=[1, 2, 3]).mean() * (config.r1_gamma / 2) * config.r1_interval
+                (loss_r1 * share if split else loss_r1).backward()
+                add("loss_r1", loss_r1.detach(), share)
+            all_reduce_gradients(D.parameters())
             opt_D.step()
-            row["loss_r1"] = float(loss_r1.detach())
+
+        if world > 1:
+            # Every process logs the global batch's values (and ADA counts every process's reals).
+            reduced = all_reduce_sum([row[name] for name in summed] + ada_signs).tolist()
+            row.update(zip(summed, reduced[:len(summed)]))
+            ada_state = ada.state_dict()
+            ada_state.update(sign_sum=ada_state["sign_sum"] + reduced[-2], count=ada_state["count"] + int(reduced[-1]))
+            ada.load_state_dict(ada_state)
 
         # Generator EMA (half-life ema_kimg, ramped up early in training).
-        images_seen = (step + 1) * batch * world
+        images_seen = (step + 1) * batch
         ema_images = ema_kimg * 1000
         if config.ema_rampup is not None:
             ema_images = min(ema_images, images_seen * config.ema_rampup)
-        beta = 0.5 ** (batch * world / max(ema_images, 1e-8))
+        beta = 0.5 ** (batch / max(ema_images, 1e-8))
         with torch.no_grad():
             for p_ema, p in zip(G_ema.parameters(), G.parameters()):
                 p_ema.copy_(p.detach().lerp(p_ema, beta))
@@ -682,3 +787,43 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
     return GANTrainingResult(generator=G, generator_ema=G_ema, discriminator=D, step=final_step,
                              history=pd.DataFrame(history), output_dir=output_dir, resumed_from_step=resumed_from,
                              extras={"path_length_mean": float(pl_mean), "augment_probability": ada.probability})
+
+
+def _split_path_length_pass(pl_batch: int, passes: list, reals: list[torch.Tensor], pl_mean: torch.Tensor,
+                            decay: float, scale: float, latents: Callable, synthesize: Callable,
+                            pl_noise: torch.Tensor, rounds: int, device: torch.device, add: Callable) -> torch.Tensor:
+    """The path-length phase over several passes (processes or rounds): G's gradients of the global batch's
+    penalty accumulate in ``.grad`` (to be all-reduced); returns the updated running mean ``a'``.
+
+    The penalty's mean ``a' = lerp(a, mean(l), decay)`` needs every pass's lengths before any gradient. Its
+    gradient splits by pass: ``d/dl_j mean_i (l_i - a')^2 = (2 / P) ((l_j - a') - decay (mean(l) - a'))``, which
+    is the gradient of ``(1 / P) sum_{j in pass} ((l_j - a')^2 - 2 decay (mean(l) - a') l_j)`` with ``a'`` and
+    ``mean(l)`` held fixed. With one pass per process the lengths' graphs are kept until the mean is known; with
+    several rounds the lengths are computed once without a graph for the mean and again for the gradient, so that
+    memory stays that of one pass.
+    """
+
+    def lengths_of(rows: torch.Tensor, real: torch.Tensor, create_graph: bool) -> torch.Tensor:
+        ws = latents(rows, real)
+        fake = synthesize(ws, rows)
+        noise = select_rows(pl_noise, rows).to(device) / math.sqrt(fake.shape[2] * fake.shape[3])
+        (grads,) = torch.autograd.grad((fake * noise).sum(), ws, create_graph=create_graph)
+        return grads.square().sum(dim=2).mean(dim=1).sqrt()
+
+    kept = [lengths_of(rows, reals[slot], True) for slot, rows, _ in passes] if rounds == 1 else None
+    if kept is not None:
+        local_sum = sum(float(lengths.detach().double().sum()) for lengths in kept)
+    else:
+        local_sum = sum(float(lengths_of(rows, reals[slot], False).double().sum()) for slot, rows, _ in passes)
+    mean_length = float(all_reduce_sum([local_sum])[0]) / pl_batch
+    updated = pl_mean.detach().lerp(torch.tensor(mean_length, dtype=pl_mean.dtype, device=pl_mean.device), decay)
+    offset = 2 * decay * (mean_length - float(updated))
+    penalty_sum = 0.0
+    add("loss_path_length", 0.0, 1.0)  # every process logs the entry, also one without a pass here
+    for index, (slot, rows, _) in enumerate(passes):
+        lengths = kept[index] if kept is not None else lengths_of(rows, reals[slot], True)
+        surrogate = ((lengths - updated).square() - offset * lengths).sum() / pl_batch
+        (surrogate * scale).backward()
+        penalty_sum += float((lengths.detach() - updated).square().double().sum())
+    add("loss_path_length", penalty_sum / pl_batch * scale, 1.0)
+    return updated.detach()

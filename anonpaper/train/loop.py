@@ -8,8 +8,25 @@ Determinism and exact resume: at the start of every epoch the loop derives a see
 fresh ``torch.Generator`` from it for the data order and augmentation, and reseeds PyTorch's global generator
 (used by dropout) from it. An epoch's randomness therefore depends only on the seed and the epoch index, so a run
 resumed from the checkpoint after epoch ``e`` reproduces the uninterrupted run bit for bit on CPU. On CUDA the
-loop runs the forward pass under ``torch.autocast`` (bfloat16 where supported, else float16 with a GradScaler);
-on CPU it runs in float32 without autocast.
+loop runs the forward pass under ``torch.autocast`` (bfloat16 where supported, else float16 with a GradScaler)
+with the model and 4-D inputs in channels-last layout; on CPU it runs in float32 without autocast, in the default
+layout.
+
+The hot path waits for nothing: batches go to the GPU from pinned memory without blocking, the loss is summed on
+the device (in float64, as Python's float sum did) and read once per epoch (and at most once a second for the
+progress bar), so the host queues the next step while the GPU runs this one. A non-finite loss is therefore
+reported at the end of its epoch (before that epoch's checkpoint), not at its step.
+
+Several processes (``torchrun``, :mod:`anonpaper.train.distributed`): ``batches`` yields the global batch on
+every process (the epoch seed is shared); each process trains on its rows (``rank::world``, as
+``DistributedSampler`` assigns them), weights its loss by its share of the batch, and the gradients are summed
+over processes before the optimiser step, which is thus the step of the global batch's mean loss. BatchNorm layers
+normalise each process's share; their running statistics are averaged over processes at the end of every epoch.
+The epoch's values (evaluation, monitor) are rank 0's, broadcast to all; rank 0 writes the checkpoint. A run
+resumes from its checkpoint on any number of processes. A loss that is not a mean over samples (e.g. a
+class-weighted mean, normalised by the weights of the batch, or a Dice loss over the batch) is reproduced only
+approximately by the weighting, and a ``step`` that updates parameters itself (an inner optimiser, as the
+disentanglement trainer's discriminator) does so on each process's share without synchronisation.
 """
 
 from __future__ import annotations
@@ -27,8 +44,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from anonpaper.runtime import capture_rng_state, content_hash, get_device, restore_rng_state
+from anonpaper.runtime import capture_rng_state, content_hash, restore_rng_state
 from anonpaper.train.checkpoint import load_checkpoint, save_checkpoint
+from anonpaper.train.distributed import (all_reduce_gradients, all_reduce_sum, average_buffers, batch_length,
+                                         broadcast_object, default_device, rank_and_world, select_rows, shard_rows)
 
 CHECKPOINT_FORMAT = "anonpaper.fit/1"
 
@@ -119,14 +138,23 @@ def epoch_seed(seed: int, epoch: int) -> int:
     return int(content_hash({"seed": int(seed), "epoch": int(epoch)}), 16) % (2**63 - 1)
 
 
-def move_to_device(batch: Any, device: torch.device) -> Any:
-    """Move every tensor in a (nested) tuple/list/dict batch to ``device``."""
+def move_to_device(batch: Any, device: torch.device, channels_last: bool = False) -> Any:
+    """Move every tensor in a (nested) tuple/list/dict batch to ``device``.
+
+    CPU tensors bound for CUDA go through pinned memory without blocking the host. With ``channels_last``, 4-D
+    floating-point tensors (images) come out in channels-last layout (same values).
+    """
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
+        if device.type == "cuda" and batch.device.type == "cpu" and not batch.is_pinned():
+            batch = batch.pin_memory()
+        batch = batch.to(device, non_blocking=True)
+        if channels_last and batch.ndim == 4 and batch.is_floating_point():
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        return batch
     if isinstance(batch, (list, tuple)):
-        return type(batch)(move_to_device(item, device) for item in batch)
+        return type(batch)(move_to_device(item, device, channels_last) for item in batch)
     if isinstance(batch, dict):
-        return {key: move_to_device(value, device) for key, value in batch.items()}
+        return {key: move_to_device(value, device, channels_last) for key, value in batch.items()}
     return batch
 
 
@@ -157,16 +185,17 @@ def fit(model: nn.Module, *, batches: Callable[[int, torch.Generator], Iterable[
         seed: int = 0, device: str | torch.device | None = None, checkpoint_path: str | Path | None = None,
         config: Any = None, progress: bool = True, description: str = "train", amp: bool = True,
         max_grad_norm: float | None = None, batches_per_epoch: int | None = None,
-        on_epoch_end: Callable[[int, dict[str, float]], None] | None = None) -> TrainResult:
+        on_epoch_end: Callable[[int, dict[str, float]], None] | None = None,
+        channels_last: bool | None = None) -> TrainResult:
     """Train ``model`` for up to ``epochs`` epochs; return it holding the best weights.
 
     Args:
         model: The network (may be an ``nn.ModuleDict`` holding several trained parts). Moved to ``device``.
         batches: ``batches(epoch, generator)`` yields the training batches of 0-based epoch ``epoch``; all its
             randomness must come from ``generator`` (a CPU ``torch.Generator``). Tensors in a batch are moved to
-            the device by the loop.
-        step: ``step(model, batch) -> loss`` (a scalar tensor); the loop does zero_grad, backward and the
-            optimiser step.
+            the device by the loop; their first dimension is the batch (several processes split it).
+        step: ``step(model, batch) -> loss`` (a scalar tensor, a mean over the batch); the loop does zero_grad,
+            backward and the optimiser step.
         optimizer: Optimiser over the model's parameters (parameters keep their identity when moved).
         epochs: Maximum number of epochs (>= 1).
         scheduler: Optional learning-rate scheduler, stepped once per epoch.
@@ -176,7 +205,8 @@ def fit(model: nn.Module, *, batches: Callable[[int, torch.Generator], Iterable[
         mode: ``"max"`` if a higher monitored value is better, ``"min"`` if lower is better.
         early_stopping_patience: Stop after this many epochs without improvement of ``monitor``; None never stops.
         seed: Run seed (non-negative int); epoch seeds derive from it (see module docstring).
-        device: Device string/object; None uses :func:`anonpaper.runtime.get_device`.
+        device: Device string/object; None: this process's GPU under torchrun, else
+            :func:`anonpaper.runtime.get_device`.
         checkpoint_path: File for the per-epoch checkpoint. If it exists the run resumes from it (it must come from
             the same ``config``, epochs, seed and monitor); None disables checkpointing.
         config: JSON-like description of everything else that determines the run (data hash, hyper-parameters);
@@ -189,6 +219,8 @@ def fit(model: nn.Module, *, batches: Callable[[int, torch.Generator], Iterable[
             ``len()`` of what ``batches`` returns if it has one).
         on_epoch_end: Called as ``on_epoch_end(epoch, row)`` (1-based epoch) after the checkpoint is written;
             exceptions propagate (tests use this to simulate an interruption).
+        channels_last: Train in channels-last layout (model and 4-D inputs); None: on CUDA only (faster
+            convolutions under autocast; on CPU the layout picks other kernels, so it stays off to keep results).
 
     Returns:
         :class:`TrainResult`.
@@ -206,8 +238,12 @@ def fit(model: nn.Module, *, batches: Callable[[int, torch.Generator], Iterable[
         raise ValueError(f"early_stopping_patience must be a positive integer or None, got {early_stopping_patience!r}")
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    device = get_device(device) if not isinstance(device, torch.device) else device
+    device = default_device(device)
+    rank, world = rank_and_world()
     model.to(device)
+    channels_last = device.type == "cuda" if channels_last is None else bool(channels_last)
+    if channels_last:
+        model.to(memory_format=torch.channels_last)  # 4-D parameters only; parameters keep their identity
     use_fp16_scaler = amp and device.type == "cuda" and not torch.cuda.is_bf16_supported()
     scaler = torch.amp.GradScaler("cuda", enabled=use_fp16_scaler) if device.type == "cuda" else None
     run_id = content_hash({"config": config, "epochs": epochs, "seed": int(seed), "monitor": monitor, "mode": mode,
@@ -247,44 +283,62 @@ def fit(model: nn.Module, *, batches: Callable[[int, torch.Generator], Iterable[
         generator = torch.Generator().manual_seed(this_seed)
         torch.manual_seed(this_seed)  # dropout and other global-RNG users in the model
         model.train()
-        total, count = 0.0, 0
+        # The sum of the batch losses stays on the device (float64: the sum Python's floats gave) until the end of
+        # the epoch, so that no step waits for the GPU.
+        total = torch.zeros((), dtype=torch.float64, device=device)
+        count = 0
         iterator = batches(epoch, generator)
         bar = progress_bar(iterator, desc=f"{description} {epoch + 1}/{epochs}", leave=False,
                            total=len(iterator) if hasattr(iterator, "__len__") else batches_per_epoch)
+        shown = time.perf_counter()
         for batch in bar:
-            batch = move_to_device(batch, device)
+            share = 1.0
+            if world > 1:
+                size = batch_length(batch)
+                rows = shard_rows(size, rank, world)
+                batch, share = select_rows(batch, rows), rows.numel() / size
+            batch = move_to_device(batch, device, channels_last)
             optimizer.zero_grad(set_to_none=True)
-            with autocast_context(device, amp):
-                loss = step(model, batch)
-            if not torch.isfinite(loss.detach()):
-                raise ValueError(f"non-finite training loss {loss.item()} in epoch {epoch + 1}; lower the learning "
-                                 "rate or check the inputs")
+            if share > 0:
+                with autocast_context(device, amp):
+                    loss = step(model, batch)
+                weighted = loss * share if world > 1 else loss
+                if scaler is not None and scaler.is_enabled():
+                    scaler.scale(weighted).backward()
+                else:
+                    weighted.backward()
+                total += weighted.detach()
+            all_reduce_gradients(model.parameters())
             if scaler is not None and scaler.is_enabled():
-                scaler.scale(loss).backward()
                 scaler.unscale_(optimizer)
                 if max_grad_norm is not None:
                     nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
                 scaler.step(optimizer)
                 scaler.update()
             else:
-                loss.backward()
                 if max_grad_norm is not None:
                     nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
                 optimizer.step()
-            total += float(loss.detach())
             count += 1
-            if hasattr(bar, "set_postfix"):
-                bar.set_postfix(loss=f"{total / count:.4f}")
+            if hasattr(bar, "set_postfix") and time.perf_counter() - shown >= 1.0:
+                bar.set_postfix(loss=f"{float(total) / count:.4f}", refresh=False)
+                shown = time.perf_counter()
         if count == 0:
             raise ValueError(f"batches() yielded no batch in epoch {epoch + 1}; the training set is too small "
                              "for the batch size")
-        row: dict[str, float] = {"epoch": epoch + 1, "train_loss": total / count,
+        train_loss = float(all_reduce_sum(total)) / count
+        if not math.isfinite(train_loss):
+            raise ValueError(f"non-finite training loss (mean {train_loss}) in epoch {epoch + 1}; lower the "
+                             "learning rate or check the inputs")
+        average_buffers(model, lambda name: name.endswith(("running_mean", "running_var")))
+        row: dict[str, float] = {"epoch": epoch + 1, "train_loss": train_loss,
                                  "lr": float(optimizer.param_groups[0]["lr"])}
         if evaluate is not None:
             model.eval()
             with torch.no_grad():
                 values = evaluate(model)
             row.update({key: float(value) for key, value in values.items()})
+        row = broadcast_object(row)  # every process decides on rank 0's values (best epoch, early stopping)
         if monitor not in row:
             raise ValueError(f"monitor {monitor!r} is not among the epoch values {sorted(row)}")
         if scheduler is not None:
@@ -298,7 +352,7 @@ def fit(model: nn.Module, *, batches: Callable[[int, torch.Generator], Iterable[
             bad_epochs += 1
             if early_stopping_patience is not None and bad_epochs >= early_stopping_patience:
                 stopped_early = True
-        if checkpoint_path is not None:
+        if checkpoint_path is not None and rank == 0:
             save_checkpoint(checkpoint_path, {
                 "format": CHECKPOINT_FORMAT, "run_id": run_id, "epoch": epoch + 1,
                 "model": _state_to_cpu(model.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict()),
@@ -319,11 +373,16 @@ def fit(model: nn.Module, *, batches: Callable[[int, torch.Generator], Iterable[
 
 
 def labelled_minibatches(images: torch.Tensor, labels: torch.Tensor, batch_size: int,
-                         augment: Callable[..., torch.Tensor] | None = None
+                         augment: Callable[..., torch.Tensor] | None = None, device: torch.device | None = None
                          ) -> Callable[[int, torch.Generator], Iterable[tuple[torch.Tensor, torch.Tensor]]]:
     """The ``batches`` callable of :func:`fit` for (image, label) data: a fresh shuffle each epoch from the epoch's
-    generator, optional augmentation from the same generator, and no batch of one (BatchNorm cannot train on it)."""
+    generator, optional augmentation from the same generator, and no batch of one (BatchNorm cannot train on it).
+
+    With a CUDA ``device`` each batch goes to it (pinned, non-blocking) before the augmentation, which then runs on
+    the GPU (its random draws stay on the CPU generator; its arithmetic is the GPU's); otherwise nothing moves.
+    """
     count = images.shape[0]
+    to_gpu = device is not None and torch.device(device).type == "cuda"
 
     def batches(epoch: int, generator: torch.Generator):
         order = torch.randperm(count, generator=generator)
@@ -331,10 +390,16 @@ def labelled_minibatches(images: torch.Tensor, labels: torch.Tensor, batch_size:
             index = order[start:start + batch_size]
             if index.numel() < 2:
                 continue
-            batch = images[index]
+            if to_gpu:
+                # Gathered straight into pinned memory (one copy), then sent without blocking the host.
+                batch = torch.empty((index.numel(), *images.shape[1:]), dtype=images.dtype, pin_memory=True)
+                torch.index_select(images, 0, index, out=batch)
+                batch, batch_labels = move_to_device((batch, labels[index]), torch.device(device))
+            else:
+                batch, batch_labels = images[index], labels[index]
             if augment is not None:
                 batch = augment(batch, generator)
-            yield batch, labels[index]
+            yield batch, batch_labels
 
     return batches
 
