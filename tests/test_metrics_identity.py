@@ -119,6 +119,18 @@ def test_fs_sift_identical_high_and_different_low():
         fs_sift(texture, other[:, :, :64])
 
 
+def test_fs_sift_pair_whose_original_has_no_keypoint_is_missing_not_zero():
+    """0 / 0 keypoints is no measurement: a 0 would read as perfect de-identification."""
+    rng = np.random.default_rng(0)
+    texture = torch.from_numpy(rng.random((1, 3, 96, 96)).astype(np.float32))
+    blank = torch.full((1, 3, 96, 96), 0.5)
+    values = fs_sift(torch.cat([blank, texture, texture]), torch.cat([texture, blank, texture]), reduction="none")
+    assert np.isnan(values[0])  # the original has no keypoint
+    assert values[1] == 0.0  # the original's keypoints are all lost in the edit: a real 0
+    assert fs_sift(torch.cat([blank, texture]), torch.cat([blank, texture])) == pytest.approx(values[2])  # NaN skipped
+    assert np.isnan(fs_sift(blank, blank))
+
+
 def test_sift_homography_similarity_survives_a_shift_but_not_another_image():
     from anonpaper.metrics.identity import sift_homography_similarity
 

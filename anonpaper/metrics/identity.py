@@ -119,9 +119,11 @@ def fs_sift(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75, redu
     """SIFT feature similarity FS_SIFT (paper 1): good matches / keypoints of the first (original) image.
 
     OpenCV SIFT on the green channel (channel 0 for grey) quantised to uint8, brute-force kNN (k = 2) from the first
-    image's descriptors to the second's, ratio test 0.75. A pair where either image has no keypoint scores 0.
-    (Until issue #20 the denominator was ``min(#keypoints first, #keypoints second)``, which exceeds 1 when the edit
-    has fewer keypoints than the original matches.)
+    image's descriptors to the second's, ratio test 0.75. A pair whose original (first image) has no keypoint has no
+    score: the fraction is 0 / 0, and a 0 would read as perfect de-identification, so it is NaN (the mean skips it;
+    callers count such pairs). An original with keypoints whose edit has none scores 0: none of its keypoints is
+    found. (Until issue #20 the denominator was ``min(#keypoints first, #keypoints second)``, which exceeds 1 when
+    the edit has fewer keypoints than the original matches.)
 
     Args:
         first: ``(N, C, H, W)`` float in ``[0, 1]`` (originals).
@@ -130,16 +132,26 @@ def fs_sift(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75, redu
         reduction: ``"mean"`` (float) or ``"none"`` (``(N,)`` numpy array).
 
     Returns:
-        Values in ``[0, 1]``; 1 (or very near: duplicate SIFT keypoints fail the ratio test) for identical images;
-        lower = more different = better de-identification. Not symmetric: matches and denominator count the first
-        image's keypoints.
+        Values in ``[0, 1]``, NaN for a pair whose original has no keypoint; 1 (or very near: duplicate SIFT
+        keypoints fail the ratio test) for identical images; lower = more different = better de-identification. The
+        mean is over the pairs with a score (NaN when none has). Not symmetric: matches and denominator count the
+        first image's keypoints.
+
+    Example:
+        >>> blank = torch.zeros(1, 1, 32, 32)
+        >>> fs_sift(blank, torch.rand(1, 1, 32, 32), reduction="none").tolist()  # nothing to match: no score
+        [nan]
     """
     first, second = check_image_pair(first, second, names=("first", "second"))
     reduction = check_reduction(reduction)
     scores = np.zeros(first.shape[0])
     for index in range(first.shape[0]):
-        scores[index] = match_fraction(*sift_features(first[index]), *sift_features(second[index]), ratio=ratio)
-    return float(scores.mean()) if reduction == "mean" else scores
+        keypoints, descriptors = sift_features(first[index])
+        scores[index] = (match_fraction(keypoints, descriptors, *sift_features(second[index]), ratio=ratio)
+                         if len(keypoints) else np.nan)
+    if reduction == "none":
+        return scores
+    return float(np.nanmean(scores)) if np.isfinite(scores).any() else float("nan")
 
 
 def match_fraction(keypoints_first, descriptors_first, keypoints_second, descriptors_second,

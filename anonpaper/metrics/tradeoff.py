@@ -25,12 +25,18 @@ def min_max_normalise(values) -> np.ndarray:
 
 
 def similarity_tradeoff_score(fs_sift, fs_sr, rroi, ams, eta) -> np.ndarray:
-    """Paper 1's trade-off score (Eq. 14 of Zhao et al., Biomed. Opt. Express 2023, in the form the authors' public code computes), per method and eta.
+    """Paper 1's similarity trade-off score (Eq. 14 of Zhao et al., Biomed. Opt. Express 2023), in our reading, per
+    method and eta.
 
-    Each metric is min-max normalised across the ``M`` compared methods; ``IDsim = (norm FS_SIFT + norm FS_SR) / 2``,
-    ``Lesionsim = (norm RROI + norm AMS) / 2`` and ``score(eta) = (1 - eta) * (1 - IDsim) + eta * Lesionsim``. The
-    extracted Eq. 14 is garbled; this form rewards low identity similarity and high lesion similarity, as the
-    paper's text says.
+    The authors released no code. The paper defines ``IDsim = (norm FS_SIFT + norm FS_SR) / 2`` and
+    ``Lesionsim = (norm RROI + norm AMS) / 2``, each metric min-max normalised across the ``M`` compared methods;
+    its extracted Eq. 14 lost its layout and reads as ``(1 - eta) / IDsim + eta Lesionsim``, which is infinite for
+    the method whose normalised identity similarity is 0. We use ``score(eta) = (1 - eta) * (1 - IDsim) + eta *
+    Lesionsim``, which rewards low identity similarity and high lesion similarity, as the paper's text says.
+
+    A metric with the same value for every method (e.g. AMS = 1 everywhere when the lesion detector finds nothing)
+    normalises to 0 for all of them (:func:`min_max_normalise`) and so drops out of the score without a trace:
+    callers should check each metric's range and say so.
 
     Args:
         fs_sift: ``(M,)`` per-method FS_SIFT (lower = better de-identification).

@@ -5,8 +5,10 @@ The chapter ``notebooks/06_disentanglement.ipynb`` imports this face: :class:`Co
 """
 
 from anonpaper.experiments.disentanglement.analysis import (PAPER_TABLE2, PAPER_TABLE3, PAPER_TABLE4, PAPER_TABLE5,
-                                                            privacy_table, table2, table3, table4, table5)
-from anonpaper.experiments.disentanglement.claims import evaluate_claims
+                                                            instruments_table, objective_table, privacy_table,
+                                                            recognition_table,
+                                                            table2, table3, table4, table5)
+from anonpaper.experiments.disentanglement.claims import evaluate_claims, too_small
 from anonpaper.experiments.disentanglement.config import Config
 from anonpaper.experiments.disentanglement.figures import (plot_examples, plot_explanations, plot_privacy_curve,
                                                            plot_training)
@@ -14,6 +16,7 @@ from anonpaper.experiments.disentanglement.pipeline import (ABLATIONS, DATASETS,
                                                             data_summary, load_data, run_experiment)
 
 __all__ = ["ABLATIONS", "Config", "DATASETS", "DatasetArrays", "EXPERIMENTS", "Outcome", "PAPER_TABLE2",
-           "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "data_summary", "evaluate_claims", "load_data",
-           "plot_examples", "plot_explanations", "plot_privacy_curve", "plot_training", "privacy_table",
-           "run_experiment", "table2", "table3", "table4", "table5"]
+           "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "data_summary", "evaluate_claims", "instruments_table",
+           "load_data", "objective_table", "plot_examples", "plot_explanations", "plot_privacy_curve",
+           "plot_training", "privacy_table",
+           "recognition_table", "run_experiment", "table2", "table3", "table4", "table5", "too_small"]

@@ -18,12 +18,17 @@ disentanglement, anonymisation and ablation tables -> re-identification and expl
    paper; Siamese: the share of anonymised images within t of some training image's identity) and disease
    accuracy.
 5. Table 4 (iris): the realism-loss ablation; Table 5 (chest): a network trained on a fraction of the data.
-6. Beyond the paper (:func:`explanation_privacy`): for each test query the nearest training case by the medical
+6. The claims' judges (:class:`Judges`), networks trained on the original images and not on Eq. 1's outputs: an
+   ArcFace attacker and a disease classifier (:func:`train_attacker`, :func:`train_disease_classifier`), each
+   checked on held-out images, and the decoder's non-collapse checks (:func:`decoder_checks`); identity and
+   disease of every kind of test image by these judges (:func:`independent_recognition`), the reconstruction
+   (strength 0) being the control of every privacy claim.
+7. Beyond the paper (:func:`explanation_privacy`): for each test query the nearest training case by the medical
    vector is the case-based explanation; it is shown with its identity moved towards a VAE sample by a strength
-   in ``config.privacy_levels``. An attacker (ArcFace embedding trained on the original training images and
-   identities) tries to re-identify the explanation among the original training images (rank-1; and
-   verification at a threshold chosen on original validation pairs), and the disease classifier checks that the
-   anonymised explanation still shows the query's disease.
+   in ``config.privacy_levels``. The attacker, and an adaptive attacker trained on the originals and the
+   network's reconstructions, try to re-identify the explanation among the original training images (rank-1; and
+   verification at the judges' threshold), and the independent disease classifier checks that the anonymised
+   explanation still shows the query's disease.
 """
 
 from __future__ import annotations
@@ -41,17 +46,24 @@ from anonpaper.data import load_cohort
 from anonpaper.methods.disentangle import (anonymise, decode_vectors, identity_means, nearest_cases, new_identities,
                                            to_uint8)
 from anonpaper.experiments.disentanglement.config import Config
-from anonpaper.metrics.classification import macro_f1
-from anonpaper.metrics.identity import cross_pair_scores, reidentification_accuracy, select_threshold
+from anonpaper.metrics.classification import auroc, macro_f1
+from anonpaper.metrics.identity import (cross_pair_scores, reidentification_accuracy, select_threshold,
+                                        verification_auc)
 from anonpaper.metrics.quality import ssim
 from anonpaper.metrics.statistics import patient_bootstrap_se
 from anonpaper.models.disentangle import DisentangleModel, IdentityVAE
 from anonpaper.runtime import content_hash, derive_seed, get_device
-from anonpaper.train.disentangle import (REALISM_TERMS, SIAMESE_THRESHOLD, LossWeights, encode_all, identity_distance,
+from anonpaper.train.disentangle import (REALISM_TERMS, SIAMESE_THRESHOLD, LossWeights, encode_all, squared_distance,
                                          image_tensor, pair_pools, to_unit, train_disentangler, train_identity_vae)
 from anonpaper.train.loop import TrainSettings
 
 SPLITS = ("train", "val", "test")
+# The instrument checks of ``Outcome.instruments`` (each with its floor in Config).
+ATTACKER_RANK1 = "validation rank-1 among the training identities"
+ATTACKER_AUC = "validation verification AUC"
+DISEASE_AUC = "validation AUROC"
+DECODER_SPREAD = "output spread / the originals' (test reconstructions)"
+DECODER_RETRIEVAL = "reconstructions nearest to their own input"
 DATASETS = ("iris", "cxr")
 EXPERIMENTS = ("Reconstruction / Baseline", "Medical Replacement", "Identity Replacement")
 # Table 4's variants: realism terms, whether the discriminator's inputs are augmented, and a pre-training variant.
@@ -287,7 +299,7 @@ def identity_probabilities(model: DisentangleModel, encoded: Encoded) -> np.ndar
 
 def same_identity(first: torch.Tensor, second: torch.Tensor) -> np.ndarray:
     """Siamese decision: squared Euclidean distance of identity vectors below t (row-wise)."""
-    return (identity_distance(first, second) < SIAMESE_THRESHOLD).numpy()
+    return (squared_distance(first, second) < SIAMESE_THRESHOLD).numpy()
 
 
 def _picks(pools: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
@@ -307,37 +319,67 @@ def _f1_se(truth: np.ndarray, prediction: np.ndarray, patients: np.ndarray, conf
                                                              derive_seed(config.seed, "bootstrap-f1", tag))
 
 
-def disentanglement_table(model: DisentangleModel, arrays: DatasetArrays, config: Config
-                          ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """Table 2 rows of one cohort (values in [0, 1], each with a patient-bootstrap ``*_se``) and example images."""
+@dataclass
+class Replacements:
+    """Table 2's generated images of one cohort's test set (images float ``(N, 1, H, W)`` in [-1, 1]).
+
+    Attributes:
+        images: The test originals.
+        target: ``(N,)`` test row of each image's target (another identity and, where the data allow, disease).
+        same: ``(N,)`` test row of another image of each image's identity (itself when it has no other).
+        original: The originals' vectors.
+        generated: Experiment (:data:`EXPERIMENTS`) -> (generated once, generated twice) images.
+    """
+
+    images: torch.Tensor
+    target: np.ndarray
+    same: np.ndarray
+    original: "Encoded"
+    generated: dict[str, tuple[torch.Tensor, torch.Tensor]]
+
+
+def replacements(model: DisentangleModel, arrays: DatasetArrays, config: Config) -> Replacements:
+    """Reconstruction, medical replacement and identity replacement of every test image, once and twice (the
+    paper's "generated x2"); targets drawn with a seed of ``config``, so every table of a run uses the same ones."""
     model = model.cpu().eval()
     images = image_tensor(arrays.images["test"])
-    disease, identity, patients = arrays.disease["test"], arrays.identity["test"], arrays.patients["test"]
     rng = np.random.default_rng(derive_seed(config.seed, "table2-targets", arrays.key))
-    targets_pool, same_pool = pair_pools(identity, disease)
+    targets_pool, same_pool = pair_pools(arrays.identity["test"], arrays.disease["test"])
     target, intermediate, same = _picks(targets_pool, rng), _picks(targets_pool, rng), _picks(same_pool, rng)
     original = Encoded.of(model, images)
 
     def decode(medical, ident, other) -> torch.Tensor:
         return decode_vectors(model, medical, ident, other)
 
-    def unit_ssim(first: torch.Tensor, second: torch.Tensor) -> np.ndarray:
-        return ssim(to_unit(first), to_unit(second), reduction="none").numpy()
-
     reconstruction = decode(original.medical, original.identity, original.other)
-    twice = decode(*encode_all(model, reconstruction))
-    generated = {"Reconstruction / Baseline": (reconstruction, twice)}
-    for name, index in (("Medical Replacement", 0), ("Identity Replacement", 1)):
+    generated = {EXPERIMENTS[0]: (reconstruction, decode(*encode_all(model, reconstruction)))}
+    for name, index in ((EXPERIMENTS[1], 0), (EXPERIMENTS[2], 1)):
         def replaced(vectors: Encoded, source: np.ndarray) -> torch.Tensor:
             parts = [vectors.medical, vectors.identity, vectors.other]
             parts[index] = [original.medical, original.identity][index][source]
             return decode(*parts)
 
-        once = replaced(original, target)
         first = replaced(original, intermediate)
-        generated[name] = (once, replaced(Encoded.of(model, first), target))
+        generated[name] = (replaced(original, target), replaced(Encoded.of(model, first), target))
+    return Replacements(images, target, same, original, generated)
+
+
+def disentanglement_table(model: DisentangleModel, arrays: DatasetArrays, config: Config,
+                          replaced: Replacements | None = None) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """Table 2 rows of one cohort (values in [0, 1], each with a patient-bootstrap ``*_se``) and example images,
+    recognised by the network's own classifiers, as the paper does (``replaced``: :func:`replacements`, computed
+    when not given). Siamese identity compares each image with another image of the patient in question (the
+    original's, or the target's), in every row alike."""
+    model = model.cpu().eval()
+    replaced = replaced or replacements(model, arrays, config)
+    images, target, same, original = replaced.images, replaced.target, replaced.same, replaced.original
+    disease, identity, patients = arrays.disease["test"], arrays.identity["test"], arrays.patients["test"]
+
+    def unit_ssim(first: torch.Tensor, second: torch.Tensor) -> np.ndarray:
+        return ssim(to_unit(first), to_unit(second), reduction="none").numpy()
+
     rows, examples = [], {"original": arrays.images["test"][:4], "target": arrays.images["test"][target[:4]]}
-    for name, (once, twice_) in generated.items():
+    for name, (once, twice_) in replaced.generated.items():
         examples[name] = to_uint8(once[:4])
         tag = f"{arrays.key}-{name}"
         row: dict[str, Any] = {"cohort": arrays.key, "experiment": name, "n_test": len(images)}
@@ -345,11 +387,11 @@ def disentanglement_table(model: DisentangleModel, arrays: DatasetArrays, config
         row["ssim_x2"], row["ssim_x2_se"] = _mean_se(unit_ssim(once, twice_), patients, config, tag + "x")
         encoded = original if name == EXPERIMENTS[0] else Encoded.of(model, once)
         if arrays.siamese:
-            if name == EXPERIMENTS[0]:
-                hit_original = same_identity(original.identity, original.identity[same])
-            else:
-                hit_original = same_identity(encoded.identity, original.identity)
-            hit_target = same_identity(encoded.identity, original.identity[target])
+            # One pairing protocol for every row: an image is compared with *another* image of the patient in
+            # question (a generated image's own original, or the target image whose vector it received, would be
+            # an easier match than any other photograph of that patient).
+            hit_original = same_identity(encoded.identity, original.identity[same])
+            hit_target = same_identity(encoded.identity, original.identity[same[target]])
         else:
             predicted = identity_probabilities(model, encoded).argmax(1)
             hit_original, hit_target = predicted == identity, predicted == identity[target]
@@ -369,29 +411,32 @@ def training_identity_vectors(model: DisentangleModel, arrays: DatasetArrays) ->
 
 
 def anonymisation_table(model: DisentangleModel, vaes: dict[str, IdentityVAE], arrays: DatasetArrays,
-                        config: Config) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """Table 3 rows of one cohort: every strategy's original-identity accuracy, overall identity risk and disease
-    accuracy (fractions, with patient-bootstrap SEs), and one anonymised example per strategy."""
+                        config: Config, replaced: Replacements | None = None
+                        ) -> tuple[pd.DataFrame, dict[str, np.ndarray], dict[str, torch.Tensor]]:
+    """Table 3 rows of one cohort, recognised by the network's own classifiers as the paper does: every strategy's
+    original-identity accuracy (Siamese: against another image of the patient, as in Table 2), overall identity
+    risk and disease accuracy (fractions, with patient-bootstrap SEs); four anonymised examples per strategy; and
+    every anonymised test image per strategy (float ``(N, 1, H, W)`` in [-1, 1])."""
     model = model.cpu().eval()
-    images = image_tensor(arrays.images["test"])
+    replaced = replaced or replacements(model, arrays, config)
+    images, original, same = replaced.images, replaced.original, replaced.same
     disease, identity, patients = arrays.disease["test"], arrays.identity["test"], arrays.patients["test"]
-    original = Encoded.of(model, images)
     train_identity = training_identity_vectors(model, arrays)
     _, means = identity_means(train_identity, arrays.identity["train"])
     strategies = {"VAE with overall privacy": ("vae", vaes["privacy"]), "VAE (without privacy term)":
                   ("vae", vaes["plain"])}
     strategies.update({f"Averaging {k} identities": (f"average-{k}", None) for k in config.averaging})
     strategies["Averaging all identities"] = ("average-all", None)
-    rows, examples = [], {}
+    rows, examples, generated = [], {}, {}
     for label, (strategy, vae) in strategies.items():
         replacement = new_identities(len(images), strategy, seed=derive_seed(config.seed, "anonymise", arrays.key,
                                                                              label), vae=vae, training_means=means)
         anonymised = anonymise(model, original.medical, original.identity, original.other, replacement)[0]
-        examples[label] = to_uint8(anonymised[:4])
+        examples[label], generated[label] = to_uint8(anonymised[:4]), anonymised
         encoded = Encoded.of(model, anonymised)
         tag = f"{arrays.key}-{label}"
         if arrays.siamese:
-            hit_original = same_identity(encoded.identity, original.identity)
+            hit_original = same_identity(encoded.identity, original.identity[same])
             distance = torch.cdist(encoded.identity, train_identity).pow(2)
             overall = (distance.min(dim=1).values < SIAMESE_THRESHOLD).numpy()
         else:
@@ -404,7 +449,7 @@ def anonymisation_table(model: DisentangleModel, vaes: dict[str, IdentityVAE], a
         row["disease_accuracy"], row["disease_accuracy_se"] = _mean_se(
             disease_prediction(model, encoded) == disease, patients, config, tag + "d")
         rows.append(row)
-    return pd.DataFrame(rows), examples
+    return pd.DataFrame(rows), examples, generated
 
 
 def reconstruction_scores(model: DisentangleModel, arrays: DatasetArrays, config: Config) -> dict[str, float]:
@@ -418,26 +463,15 @@ def reconstruction_scores(model: DisentangleModel, arrays: DatasetArrays, config
 # ---------------------------------------------------------------------------------------------------------------
 # beyond the paper: re-identification of anonymised explanations, and their quality
 # ---------------------------------------------------------------------------------------------------------------
-def train_attacker(arrays: DatasetArrays, config: Config, device: torch.device | None = None,
-                   progress: bool = False) -> tuple[torch.nn.Module, dict]:
-    """The re-identification attacker: an ArcFace embedding network trained on the original training images and
-    identities (cached)."""
-    from anonpaper.models.embedding import EmbeddingNet
-    from anonpaper.train.embedding import train_embedding
-
-    cache = ArtifactCache("disentangle-attacker")
-    description = {"cohort": arrays.description, "backbone": config.attacker_backbone,
-                   "epochs": config.attacker_epochs, "seed": config.seed}
+def _cached_training(namespace: str, description: dict, train: Callable[[], Any]) -> tuple[torch.nn.Module, dict]:
+    """The model of ``train()`` (a :class:`~anonpaper.train.loop.TrainResult`), cached under ``namespace`` by
+    ``description``; returns ``(model in eval mode on the CPU, {"cached", "best_epoch", "seconds", "history"})``."""
+    cache = ArtifactCache(namespace)
     cached = cache.exists(description)
 
     def build() -> dict:
         started = time.perf_counter()
-        torch.manual_seed(derive_seed(config.seed, "attacker-init", arrays.key))
-        result = train_embedding(EmbeddingNet(1, 64, config.attacker_backbone), arrays.images["train"],
-                                 arrays.identity["train"],
-                                 TrainSettings(epochs=config.attacker_epochs, seed=derive_seed(config.seed, "attacker",
-                                                                                                arrays.key),
-                                               device=device, progress=progress))
+        result = train()
         return {"model": result.model.cpu(), "history": result.history, "best_epoch": result.best_epoch,
                 "seconds": time.perf_counter() - started}
 
@@ -446,22 +480,237 @@ def train_attacker(arrays: DatasetArrays, config: Config, device: torch.device |
                                       "seconds": artifact["seconds"], "history": artifact["history"]}
 
 
+def train_attacker(arrays: DatasetArrays, config: Config, device: torch.device | None = None,
+                   progress: bool = False, reconstructions: np.ndarray | None = None) -> tuple[torch.nn.Module, dict]:
+    """The re-identification attacker: an ArcFace embedding network trained on the original training images and
+    identities (cached). With ``reconstructions`` (uint8, the network's reconstructions of the training images, in
+    the same order), the adaptive attacker: trained on the originals and the reconstructions together, so that it
+    knows what the network's outputs look like and the decoder's blur alone does not hide the identity from it."""
+    from anonpaper.models.embedding import EmbeddingNet
+    from anonpaper.train.embedding import train_embedding
+
+    description = {"cohort": arrays.description, "backbone": config.attacker_backbone,
+                   "epochs": config.attacker_epochs, "seed": config.seed,
+                   "reconstructions": None if reconstructions is None else content_hash(reconstructions)}
+    images, identities = arrays.images["train"], arrays.identity["train"]
+    if reconstructions is not None:
+        images, identities = np.concatenate([images, reconstructions]), np.concatenate([identities, identities])
+    tag = "attacker" if reconstructions is None else "adaptive-attacker"
+
+    def train():
+        torch.manual_seed(derive_seed(config.seed, f"{tag}-init", arrays.key))
+        return train_embedding(EmbeddingNet(1, 64, config.attacker_backbone), images, identities,
+                               TrainSettings(epochs=config.attacker_epochs,
+                                             seed=derive_seed(config.seed, tag, arrays.key), device=device,
+                                             progress=progress))
+
+    return _cached_training("disentangle-attacker", description, train)
+
+
+def train_disease_classifier(arrays: DatasetArrays, config: Config, device: torch.device | None = None,
+                             progress: bool = False) -> tuple[torch.nn.Module, dict]:
+    """The independent disease classifier: ``DISEASE_BACKBONE`` trained from scratch on the original training
+    images and their disease labels (cross-entropy, balanced class weights, Adam 1e-3 annealed; best validation
+    epoch; cached). It decides the chapter's disease claims instead of the network's own ``C_med``, which the
+    disentanglement loss optimises on the very images it would judge."""
+    from anonpaper.models.classifiers import build_classifier
+    from anonpaper.train.classifier import train_classifier
+
+    description = {"cohort": arrays.description, "backbone": config.disease_backbone,
+                   "epochs": config.disease_epochs, "seed": config.seed}
+
+    def train():
+        torch.manual_seed(derive_seed(config.seed, "disease-init", arrays.key))
+        return train_classifier(build_classifier(config.disease_backbone, 1, 2),
+                                (arrays.images["train"], arrays.disease["train"]),
+                                (arrays.images["val"], arrays.disease["val"]),
+                                TrainSettings(epochs=config.disease_epochs, batch_size=16, lr=1e-3,
+                                              lr_schedule="cosine", seed=derive_seed(config.seed, "disease",
+                                                                                     arrays.key),
+                                              device=device, progress=progress))
+
+    return _cached_training("disentangle-disease", description, train)
+
+
 def _embed(attacker: torch.nn.Module, images: np.ndarray) -> np.ndarray:
     from anonpaper.train.embedding import embed
 
     return embed(attacker, images, device=torch.device("cpu"))
 
 
-def explanation_privacy(model: DisentangleModel, vae: IdentityVAE, attacker: torch.nn.Module, arrays: DatasetArrays,
-                        config: Config) -> tuple[pd.DataFrame, dict[str, Any]]:
+@dataclass
+class Judges:
+    """The networks that decide identity and disease, trained on the original images, never on Eq. 1's outputs.
+
+    Attributes:
+        attacker: Identity embedding (uint8 images -> unit vectors).
+        disease: Disease classifier (uint8 images -> logits of 2 classes).
+        gallery: ``(G, D)`` embeddings of the original training images; ``gallery_identity``: ``(G,)`` identities.
+        threshold: Cosine similarity at which two images count as the same identity (F1-optimal on pairs of
+            original validation images, or of test images when the validation split has no same-identity pair).
+        siamese: Identity by verification against another image of the patient (chest: test patients are unseen
+            in training) instead of identification among the training identities (iris).
+    """
+
+    attacker: torch.nn.Module
+    disease: torch.nn.Module
+    gallery: np.ndarray
+    gallery_identity: np.ndarray
+    threshold: float
+    siamese: bool
+
+    def identity_hits(self, images: np.ndarray, identity: np.ndarray, partners: np.ndarray) -> np.ndarray:
+        """Per image: is it recognised as ``identity`` (iris: its nearest original training image has that
+        identity) or (chest) accepted as the same patient as its partner image (another original image of that
+        identity)? ``(N,)`` float in {0, 1}."""
+        embeddings = _embed(self.attacker, images)
+        if self.siamese:
+            similarity = np.sum(embeddings * _embed(self.attacker, partners), axis=1)
+            return (similarity >= self.threshold).astype(float)
+        nearest = cross_pair_scores(embeddings, self.gallery, kind="cosine").argmax(1)
+        return (self.gallery_identity[nearest] == identity).astype(float)
+
+    def overall_hits(self, images: np.ndarray) -> np.ndarray:
+        """Per image: does some original training image pass the threshold (someone in the training data is
+        recognised in it)? ``(N,)`` float in {0, 1}."""
+        similarity = cross_pair_scores(_embed(self.attacker, images), self.gallery, kind="cosine")
+        return (similarity.max(1) >= self.threshold).astype(float)
+
+    def disease_hits(self, images: np.ndarray, expected: np.ndarray) -> np.ndarray:
+        """Per image: does the disease classifier read ``expected``? ``(N,)`` float in {0, 1}."""
+        from anonpaper.train.classifier import predict_proba
+
+        return (predict_proba(self.disease, images).argmax(1) == np.asarray(expected)).astype(float)
+
+
+def verification_threshold(attacker: torch.nn.Module, arrays: DatasetArrays) -> float:
+    """F1-optimal cosine threshold on pairs of original validation images (of test images when the validation
+    split has no same-identity pair, as the iris split: one image per identity); NaN without both kinds of pair."""
+    for split in ("val", "test"):
+        embeddings = _embed(attacker, arrays.images[split])
+        upper = np.triu_indices(len(embeddings), k=1)
+        same = (arrays.identity[split][:, None] == arrays.identity[split][None, :])[upper]
+        if 0 < same.sum() < len(same):
+            scores = cross_pair_scores(embeddings, embeddings, kind="cosine")[upper]
+            return select_threshold(scores, same.astype(int), higher_means_same=True)
+    return float("nan")
+
+
+def attacker_check(attacker: torch.nn.Module, arrays: DatasetArrays, queries: np.ndarray) -> float:
+    """An identity attacker's check on held-out images: iris, rank-1 identification of the validation ``queries``
+    (original or reconstructed validation images) among the original training images; chest (test patients are
+    unseen), the verification AUC of pairs of a query with another original validation image (same patient or
+    not). NaN when it cannot be measured."""
+    embeddings = _embed(attacker, queries)
+    identity = arrays.identity["val"]
+    if not arrays.siamese:
+        return reidentification_accuracy(embeddings, identity, _embed(attacker, arrays.images["train"]),
+                                         arrays.identity["train"])
+    scores = cross_pair_scores(embeddings, _embed(attacker, arrays.images["val"]), kind="cosine")
+    off_diagonal = ~np.eye(len(identity), dtype=bool)
+    same = (identity[:, None] == identity[None, :])[off_diagonal]
+    if not 0 < same.sum() < len(same):
+        return float("nan")
+    return verification_auc(scores[off_diagonal], same, higher_means_same=True)
+
+
+def disease_check(classifier: torch.nn.Module, arrays: DatasetArrays) -> float:
+    """The disease classifier's AUROC on the original validation images (NaN with one class only)."""
+    from anonpaper.train.classifier import predict_proba
+
+    labels = arrays.disease["val"]
+    if labels.min() == labels.max():
+        return float("nan")
+    return auroc(labels, predict_proba(classifier, arrays.images["val"])[:, 1])
+
+
+def output_spread(images: torch.Tensor) -> float:
+    """Mean absolute difference between every pair of images ``(N, C, H, W)`` (any range): how much a set of
+    outputs varies across its inputs (a decoder that returns one template for every input gives about 0)."""
+    flat = images.flatten(1).double()
+    if len(flat) < 2:
+        return float("nan")
+    distances = torch.cdist(flat, flat, p=1) / flat.shape[1]
+    return float(distances.sum() / (len(flat) * (len(flat) - 1)))
+
+
+def decoder_checks(replaced: Replacements) -> dict[str, float]:
+    """The decoder's non-collapse checks on the test set: ``spread`` = :func:`output_spread` of the reconstructions
+    over that of the originals (a 2 px Gaussian blur of the phantoms keeps about 0.77; one template repeated, 0),
+    and ``retrieval`` = the share of reconstructions whose nearest original (mean absolute difference) is their own
+    input (chance: 1 / N)."""
+    originals, reconstruction = replaced.images, replaced.generated[EXPERIMENTS[0]][0]
+    distances = torch.cdist(reconstruction.flatten(1).double(), originals.flatten(1).double(), p=1)
+    retrieval = float((distances.argmin(1) == torch.arange(len(originals))).double().mean())
+    return {"spread": output_spread(reconstruction) / output_spread(originals), "retrieval": retrieval}
+
+
+def independent_recognition(judges: Judges, arrays: DatasetArrays, replaced: Replacements,
+                      anonymised: dict[str, torch.Tensor], config: Config) -> tuple[pd.DataFrame, dict]:
+    """Identity and disease of every kind of test image, decided by the independent :class:`Judges`.
+
+    Rows (``images``): the originals, the reconstruction (strength 0: the control of every privacy claim), the
+    identity and the medical replacement, and each anonymisation strategy. Columns: ``identity_original`` (the
+    image is recognised as its original patient), ``identity_target`` (as the target patient; replacements
+    only), ``overall`` (someone in the training data is recognised in it), ``disease`` (the disease classifier
+    reads the expected class: the original's, the target's after medical replacement), each with a
+    patient-bootstrap ``*_se``; ``n_test``. Chest identity compares with another original image of the patient in
+    question, in every row alike.
+
+    Returns:
+        ``(table, per_image)``: ``per_image[label]`` holds the ``(N,)`` arrays of each column (for paired claims).
+    """
+    identity, disease, patients = arrays.identity["test"], arrays.disease["test"], arrays.patients["test"]
+    test = arrays.images["test"]
+    target, same = replaced.target, replaced.same
+    partner_original, partner_target = test[same], test[same[target]]
+    # A patient with a single test image has no partner: such pairs are no measurement.
+    own_partner = same != np.arange(len(same))
+    kinds = {"original images": (test, None), "reconstruction (strength 0)": (replaced.generated[EXPERIMENTS[0]][0],
+                                                                             None),
+             "identity replacement": (replaced.generated[EXPERIMENTS[2]][0], target),
+             "medical replacement": (replaced.generated[EXPERIMENTS[1]][0], target),
+             **{f"anonymised: {label}": (images, None) for label, images in anonymised.items()}}
+    rows, per_image = [], {}
+    for label, (images, targets) in kinds.items():
+        shown = images if isinstance(images, np.ndarray) else to_uint8(images)
+        values = {"identity_original": judges.identity_hits(shown, identity, partner_original),
+                  "identity_target": (judges.identity_hits(shown, identity[targets], partner_target)
+                                      if targets is not None else np.full(len(shown), np.nan)),
+                  "overall": judges.overall_hits(shown),
+                  "disease": judges.disease_hits(shown, disease[target] if label == "medical replacement"
+                                                 else disease)}
+        if judges.siamese:
+            values["identity_original"][~own_partner] = np.nan
+            if targets is not None:
+                values["identity_target"][~own_partner[target]] = np.nan
+        row = {"cohort": arrays.key, "images": label, "n_test": len(shown)}
+        for name, array in values.items():
+            finite = np.isfinite(array)
+            row[name], row[f"{name}_se"] = (_mean_se(array[finite], patients[finite], config,
+                                                     f"{arrays.key}-{label}-{name}") if finite.any()
+                                            else (float("nan"), float("nan")))
+        rows.append(row)
+        per_image[label] = values
+    return pd.DataFrame(rows), per_image
+
+
+def explanation_privacy(model: DisentangleModel, vae: IdentityVAE, judges: Judges, adaptive: torch.nn.Module,
+                        arrays: DatasetArrays, config: Config) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The privacy / explanation-quality curve of one cohort (one row per strength in ``config.privacy_levels``,
     plus ``strength = NaN`` for the unprocessed training case).
 
     Columns: ``rank1`` (the attacker's nearest original training image, the case's own image excluded, shows the
-    case's identity), ``verification_tar`` (share of the case's other original images the attacker accepts as the
-    same identity at the threshold chosen on pairs of original test images), ``explanation_disease`` (the disease
-    classifier reads the query's disease in the shown explanation), ``retrieval_agreement`` (the retrieved case's
-    label is the query's; independent of the strength), each with a patient-bootstrap SE over queries.
+    case's identity), ``rank1_adaptive`` (the same for the adaptive attacker, trained on originals and
+    reconstructions), ``verification_tar`` (share of the case's other original images the attacker accepts as the
+    same identity at the judges' threshold), ``explanation_disease`` (the independent disease classifier reads the
+    query's disease in the shown explanation), ``retrieval_agreement`` (the retrieved case's label is the query's;
+    independent of the strength), each with a patient-bootstrap SE over queries.
+
+    Returns:
+        ``(curve, extra)``; ``extra``: ``examples``, ``threshold``, ``chance_rank1``, ``query_rank1`` and
+        ``per_image`` (strength, or ``"case"`` for the unprocessed case -> ``(N,)`` arrays ``rank1`` and
+        ``rank1_adaptive``).
     """
     model = model.cpu().eval()
     train_images = arrays.images["train"]
@@ -471,49 +720,47 @@ def explanation_privacy(model: DisentangleModel, vae: IdentityVAE, attacker: tor
     query_disease, patients = arrays.disease["test"], arrays.patients["test"]
     case_identity = arrays.identity["train"][case]
     retrieval = arrays.disease["train"][case] == query_disease
-    # The attacker's gallery: original training images. Its verification threshold: F1-optimal on pairs of original
-    # test images (held out from its training; the iris validation split has one image per identity, no pairs).
-    gallery = _embed(attacker, train_images)
-    held_out = _embed(attacker, arrays.images["test"])
-    held_out_scores = cross_pair_scores(held_out, held_out, kind="cosine")
-    upper = np.triu_indices(len(held_out), k=1)
-    held_out_same = (arrays.identity["test"][:, None] == arrays.identity["test"][None, :])[upper]
-    threshold = (select_threshold(held_out_scores[upper], held_out_same.astype(int), higher_means_same=True)
-                 if 0 < held_out_same.sum() < len(held_out_same) else float("nan"))
+    adaptive_gallery = _embed(adaptive, train_images)
     replacement = new_identities(len(case), "vae", seed=derive_seed(config.seed, "explanations", arrays.key), vae=vae)
-    rows, shown = [], {}
+    rows, shown, per_image = [], {}, {}
     versions: list[tuple[float, np.ndarray]] = [(float("nan"), train_images[case])]
     for strength in config.privacy_levels:
         shown_case = anonymise(model, train_vectors.medical[case], train_vectors.identity[case],
                                train_vectors.other[case], replacement, strength)[0]
         versions.append((strength, to_uint8(shown_case)))
-    for strength, explanation in versions:
-        embeddings = _embed(attacker, explanation)
+    same_gallery = arrays.identity["train"][None, :] == case_identity[:, None]
+    same_gallery[np.arange(len(case)), case] = False
+
+    def rank1(embeddings: np.ndarray, gallery: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         similarity = cross_pair_scores(embeddings, gallery, kind="cosine")
         similarity[np.arange(len(case)), case] = -np.inf  # the case's own image is not in the attacker's gallery
-        nearest = similarity.argmax(1)
-        hit = arrays.identity["train"][nearest] == case_identity
-        same_gallery = arrays.identity["train"][None, :] == case_identity[:, None]
-        same_gallery[np.arange(len(case)), case] = False
-        accepted = np.array([np.mean(row[mask] >= threshold) if mask.any() and np.isfinite(threshold) else np.nan
-                             for row, mask in zip(similarity, same_gallery)])
-        encoded = Encoded.of(model, image_tensor(explanation))
-        agrees = disease_prediction(model, encoded) == query_disease
+        return (arrays.identity["train"][similarity.argmax(1)] == case_identity).astype(float), similarity
+
+    for strength, explanation in versions:
+        hit, similarity = rank1(_embed(judges.attacker, explanation), judges.gallery)
+        adaptive_hit, _ = rank1(_embed(adaptive, explanation), adaptive_gallery)
+        accepted = np.array([np.mean(row[mask] >= judges.threshold) if mask.any() and np.isfinite(judges.threshold)
+                             else np.nan for row, mask in zip(similarity, same_gallery)])
+        agrees = judges.disease_hits(explanation, query_disease)
         tag = f"{arrays.key}-{strength}"
         row = {"cohort": arrays.key, "strength": strength, "n_test": len(case)}
         row["rank1"], row["rank1_se"] = _mean_se(hit, patients, config, tag + "r")
+        row["rank1_adaptive"], row["rank1_adaptive_se"] = _mean_se(adaptive_hit, patients, config, tag + "ra")
         finite = np.isfinite(accepted)
         row["verification_tar"], row["verification_tar_se"] = (
             _mean_se(accepted[finite], patients[finite], config, tag + "v") if finite.any() else (np.nan, np.nan))
         row["explanation_disease"], row["explanation_disease_se"] = _mean_se(agrees, patients, config, tag + "d")
         row["retrieval_agreement"] = float(retrieval.mean())
         rows.append(row)
+        per_image["case" if np.isnan(strength) else strength] = {"rank1": hit, "rank1_adaptive": adaptive_hit}
         shown["original case" if np.isnan(strength) else f"strength {strength:g}"] = explanation[:3]
     shown["query"] = arrays.images["test"][:3]
     chance = float(np.mean([np.mean(arrays.identity["train"] == value) for value in case_identity]))
-    return pd.DataFrame(rows), {"examples": shown, "threshold": threshold, "chance_rank1": chance,
+    held_out = _embed(judges.attacker, arrays.images["test"])
+    return pd.DataFrame(rows), {"examples": shown, "threshold": judges.threshold, "chance_rank1": chance,
+                                "per_image": per_image,
                                 "query_rank1": reidentification_accuracy(
-                                    held_out, arrays.identity["test"], gallery,
+                                    held_out, arrays.identity["test"], judges.gallery,
                                     arrays.identity["train"]) if arrays.key == "iris" else float("nan")}
 
 
@@ -536,6 +783,13 @@ class Outcome:
         privacy_info: Cohort -> {"threshold", "chance_rank1", "query_rank1"}.
         cohort_info: Cohort -> {"num_identities", "majority"} (identity classes; majority-class rate of the test
             set's disease labels), for the instrument checks of the claims.
+        recognition: Identity and disease of every kind of test image decided by the independent judges
+            (:func:`independent_recognition`; cohort, images, identity_original, identity_target, overall, disease, each
+            with ``*_se``, n_test): what the claims rest on.
+        instruments: One row per instrument check (cohort, instrument, measure, value, floor).
+        per_image: ``(cohort, images label)`` -> the ``(N,)`` arrays of :func:`independent_recognition`, and
+            ``(cohort, "explanation", strength or "case")`` -> those of :func:`explanation_privacy` (paired claims).
+        patients: Cohort -> ``(N,)`` patient ids of the test images (the bootstrap clusters).
         examples: Cohort -> label -> uint8 images (N, H, W).
         explanations: Cohort -> label -> uint8 images (the query, the case and its anonymised versions).
         training: One row per network (network, cached, best_epoch, seconds).
@@ -557,6 +811,10 @@ class Outcome:
     config: Config
     seconds: float = 0.0
     histories: dict[str, pd.DataFrame] = field(default_factory=dict)
+    recognition: pd.DataFrame = field(default_factory=pd.DataFrame)
+    instruments: pd.DataFrame = field(default_factory=pd.DataFrame)
+    per_image: dict = field(default_factory=dict)
+    patients: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def run_experiment(data: dict[str, DatasetArrays], config: Config, device: torch.device | str | None = None,
@@ -575,6 +833,7 @@ def run_experiment(data: dict[str, DatasetArrays], config: Config, device: torch
         log(f"{name}: {how}")
 
     table2, table3, privacy, examples, explanations, info = [], [], [], {}, {}, {}
+    recognition, checks, per_image = [], [], {}
     models = {}
     for key in DATASETS:
         arrays = data[key]
@@ -586,19 +845,50 @@ def run_experiment(data: dict[str, DatasetArrays], config: Config, device: torch
             vae, vae_info = train_vae(model, arrays, config, privacy_term, device=device, progress=progress)
             note(f"{key}: identity VAE ({'privacy' if privacy_term else 'plain'})", vae_info)
             vaes["privacy" if privacy_term else "plain"] = vae
-        rows, shown = disentanglement_table(model, arrays, config)
+        replaced = replacements(model, arrays, config)
+        rows, shown = disentanglement_table(model, arrays, config, replaced)
         table2.append(rows)
-        rows3, shown3 = anonymisation_table(model, vaes, arrays, config)
+        rows3, shown3, anonymised = anonymisation_table(model, vaes, arrays, config, replaced)
         table3.append(rows3)
         examples[key] = {**shown, **{f"anonymised: {label}": images for label, images in shown3.items()}}
+        # The independent judges: networks trained on the original images (and the adaptive attacker, also on the
+        # network's reconstructions of them).
         attacker, attacker_info = train_attacker(arrays, config, device=device, progress=progress)
         note(f"{key}: re-identification attacker", attacker_info)
-        curve, extra = explanation_privacy(model, vaes["privacy"], attacker, arrays, config)
+        disease, disease_info = train_disease_classifier(arrays, config, device=device, progress=progress)
+        note(f"{key}: disease classifier", disease_info)
+        reconstructed_train = to_uint8(decode_vectors(model, *encode_all(model, image_tensor(arrays.images["train"]))))
+        adaptive, adaptive_info = train_attacker(arrays, config, device=device, progress=progress,
+                                                 reconstructions=reconstructed_train)
+        note(f"{key}: adaptive attacker (originals and reconstructions)", adaptive_info)
+        judges = Judges(attacker, disease, _embed(attacker, arrays.images["train"]), arrays.identity["train"],
+                        verification_threshold(attacker, arrays), arrays.siamese)
+        reconstructed_val = to_uint8(decode_vectors(model, *encode_all(model, image_tensor(arrays.images["val"]))))
+        decoder = decoder_checks(replaced)
+        measure = ATTACKER_AUC if arrays.siamese else ATTACKER_RANK1
+        floor = config.attacker_min_auc if arrays.siamese else config.attacker_min_rank1
+        checks += [{"cohort": key, "instrument": "attacker (original images)", "measure": measure,
+                    "value": attacker_check(attacker, arrays, arrays.images["val"]), "floor": floor},
+                   {"cohort": key, "instrument": "adaptive attacker (originals and reconstructions)",
+                    "measure": f"{measure}, on reconstructed validation images",
+                    "value": attacker_check(adaptive, arrays, reconstructed_val), "floor": floor},
+                   {"cohort": key, "instrument": "disease classifier (original images)", "measure": DISEASE_AUC,
+                    "value": disease_check(disease, arrays), "floor": config.disease_min_auc},
+                   {"cohort": key, "instrument": "decoder", "measure": DECODER_SPREAD, "value": decoder["spread"],
+                    "floor": config.decoder_min_spread},
+                   {"cohort": key, "instrument": "decoder", "measure": DECODER_RETRIEVAL,
+                    "value": decoder["retrieval"], "floor": config.decoder_min_retrieval}]
+        rows_r, arrays_r = independent_recognition(judges, arrays, replaced, anonymised, config)
+        recognition.append(rows_r)
+        per_image.update({(key, label): values for label, values in arrays_r.items()})
+        curve, extra = explanation_privacy(model, vaes["privacy"], judges, adaptive, arrays, config)
         privacy.append(curve)
         explanations[key] = extra.pop("examples")
+        per_image.update({(key, "explanation", strength): values
+                          for strength, values in extra.pop("per_image").items()})
         info[key] = extra
-        log(f"{key}: reconstruction SSIM {rows['ssim_original'].iloc[0]:.3f}, identity replacement target accuracy "
-            f"{rows['identity_target'].iloc[2]:.3f}")
+        log(f"{key}: reconstruction SSIM {rows['ssim_original'].iloc[0]:.3f}, output spread {decoder['spread']:.2f} "
+            f"of the originals', {decoder['retrieval']:.0%} of reconstructions nearest their own input")
 
     # Table 4: realism-loss ablation (iris), every variant at ABLATION_EPOCHS.
     rows4 = []
@@ -627,4 +917,6 @@ def run_experiment(data: dict[str, DatasetArrays], config: Config, device: torch
                                                             1 - np.mean(data[key].disease["test"])))}
                                 for key in DATASETS}, examples=examples,
                    explanations=explanations, training=pd.DataFrame(training), config=config,
-                   seconds=time.perf_counter() - started, histories=histories)
+                   seconds=time.perf_counter() - started, histories=histories,
+                   recognition=pd.concat(recognition, ignore_index=True), instruments=pd.DataFrame(checks),
+                   per_image=per_image, patients={key: data[key].patients["test"] for key in DATASETS})

@@ -1,21 +1,41 @@
-"""Paper 1's claims, decided from the run's numbers (see :mod:`anonpaper.experiments.claims`).
+"""Paper 1's claims, decided from the run's numbers by the one rule of :mod:`anonpaper.experiments.claims`.
 
-- ``vascular-vessels-generated`` (phantom-check): the vessel U-Net finds vessels in generated images (a vessel-pixel
-  fraction at least ``MIN_VESSEL_RATIO`` of the real one). When it does not, the vessel masks of generated images
-  are not vessels, so the contribution scores (Eq. 8-10) and RROI of generated images measure noise: the claims that
-  rest on them are made undecided (``instrument_failed``).
-- ``vascular-top-channel-lowers-fs`` (paper, Fig. 10): editing the top channel harder lowers FS_SIFT and FS_SR.
-- ``vascular-lesions-kept`` (paper, Table 2 and Fig. 8): at equal identity similarity, our edit keeps lesions better
-  (higher RROI) than each baseline.
-- ``vascular-lesions-kept-dr`` (the same claim, measured by the issue's lesion utility): at equal identity
-  similarity, a DR classifier trained on real images keeps its prediction on more of our edits than of each
-  baseline's; undecided when the classifier fails its own check (held-out QWK below ``DR_MIN_QWK``).
-- ``vascular-ablation-fd`` (paper, Table 3): the extra LPIPS losses lower FD (both losses below the plain generator),
-  decided on the attacker's embedding (features the loss never sees); undecided when the ablation generators are
-  trained for fewer kimg than the generators chapter's generator (the paper compares converged generators).
+Every claim names the instruments it rests on, each with its floor from :class:`~anonpaper.experiments.vascular.Config`
+(an instrument under its floor makes the claim undecided):
 
-Noise rule: a difference decides when it exceeds ``DECISION_Z`` combined standard errors; a claim on fewer than
-``min_test_images`` images is undecided.
+- the **vessel masks of generated images** (the vessel U-Net's validation Dice, the vessel-pixel fraction of
+  generated images against real ones, the share of images without a vessel pixel): they choose our channel and the
+  baselines' channel and directions, and they are RROI's region, so every claim about an edit rests on them;
+- the **keypoint detector** behind FS_SR (precision and recall on the phantom's known keypoints): the FS_SR claims;
+- the **hard-exudate U-Net** (validation Dice, and that its label varies on the originals) and AMS itself
+  (:func:`~anonpaper.experiments.claims.varies`: a metric constant across every method and strength decides
+  nothing): the AMS claims and the Table 3 claim (the +lesion loss);
+- the **DR classifier** (held-out QWK): the DR-utility claims;
+- the **re-identification attacker** (validation rank-1) and the **projector** (PSNR to its real targets, and the
+  vessel-pixel fraction of its projections): the claim on projected real images.
+
+Claims (ids):
+
+- ``vascular-vessels-generated`` (phantom-check, equivalence): the vessel-pixel fraction of generated images is
+  within a factor ``1 / MIN_VESSEL_RATIO`` of the real images' (``log`` of the ratio within ``log(1 /
+  MIN_VESSEL_RATIO)``).
+- ``vascular-identity-vs-<baseline>-<fs-sift|fs-sr>`` (Table 2, directional): at alpha = ``TABLE_ALPHA``, with each
+  baseline's step matched to our edit's mean image change, the identity similarity is ordered as in the paper's
+  Table 2 (ours below StyleSpace and ReSeFa; LowRankGAN below ours), paired over the same images.
+- ``vascular-top-channel-vs-<random|median>-<fs-sift|fs-sr>`` (Sec. 3.2, directional): at matched image change the
+  top channel lowers identity similarity more than a random and than the median-ranked channel.
+- ``vascular-<rroi|ams|dr>-vs-<baseline>`` (Table 2 and Fig. 8, directional): at the same FS_SIFT (the lowest that
+  both sweeps reach), our edit keeps lesions better than the baseline's, decided only when the edits compared there
+  de-identify: their FS_SIFT lies below that of two photographs of the same eye beyond noise (an instrument with
+  floor ``DECISION_Z``). ``dr`` is beyond the paper (a DR classifier's agreement).
+- ``vascular-real-edit-lowers-reid`` (directional): on projected real images, our edit lowers the attacker's
+  rank-1 below that of the unedited projection (the control: what the inversion alone removes).
+- ``vascular-ablation-fd`` (Table 3, directional): the generator trained with both extra losses has a lower FD
+  (on the attacker's embedding, which the losses never see) than the plain one; the schedule is an instrument
+  (at least the generators chapter's kimg: the paper compares converged generators).
+
+Each paper claim's ``ours`` holds the smallest effect the run resolves (``DECISION_Z`` SE) beside the paper's
+effect, so the page can say which claims a profile is too small to decide.
 """
 
 from __future__ import annotations
@@ -25,238 +45,340 @@ import math
 import numpy as np
 import pandas as pd
 
-from anonpaper.experiments.claims import DECISION_Z, Claim, decide, instrument_failed
-from anonpaper.experiments.vascular.analysis import PAPER_TABLE2, PAPER_TABLE3
-from anonpaper.experiments.vascular.pipeline import DR_CHECK, LOWRANK, OURS, RESEFA, STYLESPACE, Outcome
+from anonpaper.experiments.claims import DECISION_Z, Claim, Instrument, decide, varies
+from anonpaper.experiments.vascular.analysis import PAPER_TABLE2, PAPER_TABLE3, TABLE2_METRICS
+from anonpaper.experiments.vascular.pipeline import (ATTACKER_RANK1, CONTROLS, DR_CHECK, KEYPOINT_PRECISION,
+                                                     KEYPOINT_RECALL, LESION_DICE, LESION_SHARE, LOWRANK,
+                                                     MEDIAN_CHANNEL, OURS, PROJECTOR_PSNR, PROJECTOR_VESSELS, RESEFA,
+                                                     STYLESPACE, VESSEL_DICE, Outcome)
+from anonpaper.metrics.statistics import difference_se
 
 BASELINES = (STYLESPACE, LOWRANK, RESEFA)
+SLUGS = {STYLESPACE: "stylespace", LOWRANK: "lowrankgan", RESEFA: "resefa", MEDIAN_CHANNEL: "median",
+         CONTROLS[0]: "random"}
+FS_NAMES = {"fs_sift": "FS_SIFT", "fs_sr": "FS_SR"}
+# The config field holding each instrument measure's floor.
+FLOORS = {VESSEL_DICE: "segmenter_min_dice", LESION_DICE: "lesion_min_dice", LESION_SHARE: "lesion_min_share",
+          KEYPOINT_PRECISION: "keypoint_min_precision", KEYPOINT_RECALL: "keypoint_min_recall",
+          ATTACKER_RANK1: "attacker_min_rank1", DR_CHECK: "dr_min_qwk", PROJECTOR_PSNR: "projector_min_psnr",
+          PROJECTOR_VESSELS: "min_vessel_ratio"}
+# What the paper measures lesions by, and which baselines its Table 2 puts below ours on each.
+LESION_MEASURES = {"rroi": ("RROI", BASELINES), "ams": ("AMS", (LOWRANK, RESEFA)),
+                   "dr_agreement": ("DR agreement", BASELINES)}
 
 
-def _difference(first: float, first_se: float, second: float, second_se: float) -> tuple[float, float]:
-    """``first - second`` and its combined standard error (NaN SEs count as 0)."""
-    errors = [value for value in (first_se, second_se) if np.isfinite(value)]
-    return first - second, math.sqrt(sum(value ** 2 for value in errors)) if errors else 0.0
+# ---------------------------------------------------------------------------------------------------------------
+# instruments
+# ---------------------------------------------------------------------------------------------------------------
+def instrument(outcome: Outcome, measure: str) -> Instrument:
+    """The instruments-table row ``measure`` as an :class:`Instrument` with its floor from the config (value NaN,
+    so failing, when the run has no such row)."""
+    checks = outcome.instruments
+    rows = checks[checks["measure"] == measure] if "measure" in checks else checks.iloc[:0]
+    floor = float(getattr(outcome.config, FLOORS[measure]))
+    if rows.empty:
+        return Instrument(f"{measure} (not measured in this run)", float("nan"), floor)
+    row = rows.iloc[0]
+    return Instrument(f"{row['instrument']}: {measure}", float(row["value"]), floor)
 
 
-def _direction(difference: float, error: float) -> int:
-    """+1 / -1 when the difference exceeds DECISION_Z standard errors up / down, 0 within noise (or NaN)."""
-    if not np.isfinite(difference):
-        return 0
-    if error == 0:
-        return int(np.sign(difference))
-    return int(np.sign(difference)) if abs(difference) > DECISION_Z * error else 0
-
-
-def vessel_claim(outcome: Outcome) -> Claim:
-    """Whether the vessel U-Net finds vessels in generated images (the Jacobian scores' instrument)."""
+def mask_instruments(outcome: Outcome) -> list[Instrument]:
+    """The vessel masks of generated images: the vessel U-Net's Dice, the generated / real vessel-pixel fraction
+    within ``[MIN_VESSEL_RATIO, 1 / MIN_VESSEL_RATIO]``, and the share of score images without a vessel pixel."""
     vessels, config = outcome.vessels, outcome.config
+    name = "vessel-pixel fraction, generated / real images"
+    return [instrument(outcome, VESSEL_DICE),
+            Instrument(name, vessels["ratio"], config.min_vessel_ratio),
+            Instrument(f"{name} (ceiling)", vessels["ratio"], 1 / config.min_vessel_ratio, higher_is_better=False),
+            Instrument("share of score images without a vessel pixel", vessels["fallback_masks"] / vessels["T"],
+                       config.max_empty_masks, higher_is_better=False)]
+
+
+def keypoint_instruments(outcome: Outcome) -> list[Instrument]:
+    return [instrument(outcome, KEYPOINT_PRECISION), instrument(outcome, KEYPOINT_RECALL)]
+
+
+def ams_values(outcome: Outcome) -> list[float]:
+    """AMS of every edit (method and strength) of generated images: what :func:`varies` checks."""
+    frame = outcome.sweep
+    if "ams" not in frame:
+        return []
+    edited = frame[(frame["image_set"] == "generated") & (frame["method"] != "unedited")]
+    return edited["ams"].astype(float).tolist()
+
+
+def lesion_instruments(outcome: Outcome) -> list[Instrument]:
+    """AMS's instruments: the hard-exudate U-Net's Dice, its label's minority share on the originals, and AMS
+    varying across the edits."""
+    return [instrument(outcome, LESION_DICE), instrument(outcome, LESION_SHARE), varies("AMS", ams_values(outcome))]
+
+
+def _power(se: float, paper_effect: float | None = None) -> dict:
+    """The smallest effect the run resolves (``DECISION_Z`` SE) beside the paper's effect, for ``ours``."""
+    resolvable = DECISION_Z * se if np.isfinite(se) else float("nan")
+    entry = {f"resolvable ({DECISION_Z:g} SE)": _round(resolvable)}
+    if paper_effect is not None:
+        entry["paper effect"] = _round(paper_effect)
+    return entry
+
+
+def _round(value: float, digits: int = 4) -> float | None:
+    return round(float(value), digits) if value is not None and np.isfinite(value) else None
+
+
+def _paired(outcome: Outcome, first: tuple, second: tuple, metric: str) -> dict:
+    """Per-image ``first - second`` of ``metric`` over the images where both are finite (the same images edited by
+    two methods): mean, SE, ``n`` and ``excluded`` (pairs with a missing value, e.g. no SIFT keypoint)."""
+    a, b = outcome.per_image.get(first), outcome.per_image.get(second)
+    if a is None or b is None or metric not in a or metric not in b:
+        return {"mean": float("nan"), "se": float("nan"), "n": 0, "excluded": 0, "first": float("nan"),
+                "second": float("nan")}
+    a, b = np.asarray(a[metric], float), np.asarray(b[metric], float)
+    finite = np.isfinite(a) & np.isfinite(b)
+    differences = a[finite] - b[finite]
+    se = float(differences.std(ddof=1) / math.sqrt(len(differences))) if len(differences) > 1 else float("nan")
+    return {"mean": float(differences.mean()) if len(differences) else float("nan"), "se": se,
+            "n": int(finite.sum()), "excluded": int((~finite).sum()),
+            "first": float(a[finite].mean()) if finite.any() else float("nan"),
+            "second": float(b[finite].mean()) if finite.any() else float("nan")}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# claims
+# ---------------------------------------------------------------------------------------------------------------
+def vessel_claim(outcome: Outcome) -> Claim:
+    """Whether the vessel U-Net finds vessels in generated images (the Jacobian scores' instrument), as an
+    equivalence claim on the log of the generated / real vessel-pixel fraction."""
+    vessels, config = outcome.vessels, outcome.config
+    ratio = vessels["ratio"]
+    effect = math.log(ratio) if np.isfinite(ratio) and ratio > 0 else float("nan")
     return decide(
         "vascular-vessels-generated",
         f"the vessel U-Net finds vessels in generated images (vessel-pixel fraction within a factor "
         f"{1 / config.min_vessel_ratio:g} of the real images', at most {config.max_empty_masks:.0%} of them without "
         "any vessel pixel)",
         paper="the paper segments vessels of generated 256 px images to score channels (Eq. 8)",
-        ours={"generated": round(vessels["generated"], 4), "real": round(vessels["real"], 4),
-              "real_native": round(vessels["real_native"], 4), "fallback_masks": vessels["fallback_masks"]},
-        holds=bool(config.min_vessel_ratio <= vessels["ratio"] <= 1 / config.min_vessel_ratio
-                   and vessels["fallback_masks"] <= config.max_empty_masks * vessels["T"])
-        if np.isfinite(vessels["ratio"]) else None,
-        reason=(f"ratio {vessels['ratio']:.3f} over {vessels['T']} generated images; "
-                f"{vessels['fallback_masks']} of them had no vessel pixel") if np.isfinite(vessels["ratio"])
-        else "no vessel pixel in the real images either",
-        n=vessels["T"], min_n=config.min_test_images, kind="phantom-check")
+        ours={"generated": _round(vessels["generated"]), "real": _round(vessels["real"]),
+              "real_native": _round(vessels["real_native"]), "fallback_masks": vessels["fallback_masks"]},
+        rule="equivalence", effect=effect, se=vessels.get("log_ratio_se", float("nan")),
+        margin=math.log(1 / config.min_vessel_ratio), quantity="log(vessel-pixel fraction generated / real)",
+        instruments=[mask_instruments(outcome)[index] for index in (0, 3)], n=vessels["T"],
+        min_n=config.min_test_images,
+        kind="phantom-check")
 
 
-def top_channel_claim(outcome: Outcome) -> Claim:
-    """FS_SIFT and FS_SR fall from the smallest to the largest alpha of the top-channel edit."""
-    config = outcome.config
-    low, high = min(config.alphas), max(config.alphas)
-    first, last = outcome.row("generated", OURS, low), outcome.row("generated", OURS, high)
-    directions, parts, ours = [], [], {}
-    paired = outcome.per_image.get(("generated", OURS, low)), outcome.per_image.get(("generated", OURS, high))
-    for metric in ("fs_sift", "fs_sr"):
-        a, b = first.get(metric, np.nan), last.get(metric, np.nan)
-        if all(part is not None for part in paired):
-            # The same images at both strengths: the SE of the per-image differences.
-            differences = np.asarray(paired[1][metric], float) - np.asarray(paired[0][metric], float)
-            difference = float(differences.mean())
-            error = float(differences.std(ddof=1) / np.sqrt(len(differences))) if len(differences) > 1 else 0.0
-        else:
-            difference, error = _difference(b, last.get(f"{metric}_se", np.nan), a,
-                                            first.get(f"{metric}_se", np.nan))
-        directions.append(_direction(difference, error))
-        ours[metric] = {f"alpha {low:g}": round(a, 4), f"alpha {high:g}": round(b, 4)}
-        parts.append(f"{metric} {a:.3f} -> {b:.3f} (difference {difference:+.3f}, {DECISION_Z:g} SE = "
-                     f"{DECISION_Z * error:.3f})")
-    holds = True if all(d < 0 for d in directions) else (False if any(d > 0 for d in directions) else None)
-    reason = "; ".join(parts) + ("" if holds is not None else "; not both beyond noise")
-    return decide("vascular-top-channel-lowers-fs",
-                  "editing the top channel harder (larger alpha) lowers FS_SIFT and FS_SR of generated images",
-                  paper="Fig. 10: FS_SIFT and FS_SR fall as alpha grows; Table 2 at alpha 0.5: "
-                        f"FS_SIFT {PAPER_TABLE2[OURS][2]}, FS_SR {PAPER_TABLE2[OURS][3]}",
-                  ours=ours, holds=holds, reason=reason, n=int(first.get("n", 0) or 0), min_n=config.min_test_images)
+def identity_claim(outcome: Outcome, baseline: str, metric: str) -> Claim:
+    """Table 2's identity ordering of our edit and ``baseline`` on ``metric`` (``"fs_sift"`` or ``"fs_sr"``) at
+    ``TABLE_ALPHA``, paired over the same generated images; positive effect = the paper's order."""
+    config, name = outcome.config, FS_NAMES[metric]
+    position = TABLE2_METRICS.index(metric)
+    paper_ours, paper_theirs = PAPER_TABLE2[OURS][position], PAPER_TABLE2[baseline][position]
+    sign = 1.0 if paper_theirs > paper_ours else -1.0  # +1: the paper has ours below the baseline
+    alpha = config.table_alpha
+    paired = _paired(outcome, ("generated", baseline, alpha), ("generated", OURS, alpha), metric)
+    order = f"our edit leaves a lower {name} than {baseline}'s" if sign > 0 else \
+        f"{baseline}'s edit leaves a lower {name} than ours"
+    statement = f"at alpha {alpha:g} (Table 2), with {baseline}'s step matched to our edit's mean image change, {order}"
+    instruments = mask_instruments(outcome) + (keypoint_instruments(outcome) if metric == "fs_sr" else [])
+    error = outcome.row("generated", baseline, alpha).get("error", "")
+    return decide(
+        f"vascular-identity-vs-{SLUGS[baseline]}-{metric.replace('_', '-')}", statement,
+        paper={"ours": paper_ours, baseline: paper_theirs},
+        ours={"ours": _round(paired["second"]), baseline: _round(paired["first"]),
+              "pairs excluded (original without keypoints)": paired["excluded"],
+              **_power(paired["se"], abs(paper_theirs - paper_ours))},
+        rule="directional", effect=sign * paired["mean"], se=paired["se"],
+        quantity=(f"{name}({baseline}) - {name}(ours)" if sign > 0 else f"{name}(ours) - {name}({baseline})"),
+        instruments=instruments, n=paired["n"], min_n=config.min_test_images,
+        note=f"{baseline} has no edit ({error})" if error else "")
 
 
-LESION_MEASURES = {"rroi": "RROI", "dr_agreement": "DR agreement"}
+def control_claim(outcome: Outcome, control: str, metric: str) -> Claim:
+    """The top channel against a control channel at matched image change: the top channel's edit leaves a lower
+    ``metric`` (positive effect = control minus ours, paired over the same generated images)."""
+    config, name = outcome.config, FS_NAMES[metric]
+    alpha = config.table_alpha
+    paired = _paired(outcome, ("generated", control, alpha), ("generated", OURS, alpha), metric)
+    index = outcome.controls.get(control)
+    label = f"the {control}" + (f" (S index {index})" if index is not None else "")
+    instruments = mask_instruments(outcome) + (keypoint_instruments(outcome) if metric == "fs_sr" else [])
+    return decide(
+        f"vascular-top-channel-vs-{SLUGS[control]}-{metric.replace('_', '-')}",
+        f"at the mean image change of our alpha-{alpha:g} edit, editing the top channel (by contribution score) "
+        f"leaves a lower {name} than editing {label}",
+        paper="Sec. 3.2 and 4.3.2: the channel with the highest contribution score to the vessels is the one to "
+              "edit (the paper reports no control channel)",
+        ours={"top channel": _round(paired["second"]), control: _round(paired["first"]),
+              "pairs excluded (original without keypoints)": paired["excluded"], **_power(paired["se"])},
+        rule="directional", effect=paired["mean"], se=paired["se"], quantity=f"{name}({control}) - {name}(top)",
+        instruments=instruments, n=paired["n"], min_n=config.min_test_images)
 
 
-def _curve(outcome: Outcome, method: str, metric: str = "rroi") -> pd.DataFrame:
-    """A method's sweep on generated images as ``identity`` = (FS_SIFT + FS_SR) / 2, ``value`` (the lesion measure
-    ``metric``) and ``value_se``, sorted by identity (rows with non-finite values dropped)."""
+def _curve(outcome: Outcome, method: str, metric: str) -> pd.DataFrame:
+    """A method's sweep on generated images as ``identity`` (FS_SIFT) with ``identity_se``, and ``value`` (the
+    lesion measure ``metric``) with ``value_se``, sorted by identity (rows with non-finite values dropped)."""
     frame = outcome.sweep
     part = frame[(frame["image_set"] == "generated") & (frame["method"] == method)].copy()
+    columns = ["identity", "identity_se", "value", "value_se"]
     if part.empty or "fs_sift" not in part or metric not in part:
-        return pd.DataFrame(columns=["identity", "value", "value_se"])
-    part["identity"] = (part["fs_sift"] + part["fs_sr"]) / 2
-    part = part[np.isfinite(part["identity"]) & np.isfinite(part[metric].astype(float))]
+        return pd.DataFrame(columns=columns)
+    part["identity"] = part["fs_sift"].astype(float)
+    part["identity_se"] = part["fs_sift_se"].astype(float) if "fs_sift_se" in part else np.nan
     part["value"] = part[metric].astype(float)
     part["value_se"] = part[f"{metric}_se"].astype(float) if f"{metric}_se" in part else np.nan
-    return part.sort_values("identity")[["identity", "value", "value_se"]]
+    part = part[np.isfinite(part["identity"]) & np.isfinite(part["value"])]
+    return part.sort_values("identity")[columns]
 
 
-def _interpolated(outcome: Outcome, method: str, identity: float, metric: str = "rroi") -> tuple[float, float, str]:
-    """A method's lesion measure ``metric`` (and SE) at identity similarity ``identity`` along its strength sweep
-    (linear between the two sweep points around it); NaN with a reason when its sweep does not reach that identity
-    similarity."""
-    part = _curve(outcome, method, metric)
-    if part.empty:
-        return float("nan"), float("nan"), "no finite sweep"
-    x = part["identity"].to_numpy()
-    if identity < x.min() - 1e-12 or identity > x.max() + 1e-12:
-        return float("nan"), float("nan"), f"its identity similarity spans [{x.min():.3f}, {x.max():.3f}]"
-    y, se = part["value"].to_numpy(), part["value_se"].fillna(0).to_numpy()
-    return float(np.interp(identity, x, y)), float(np.interp(identity, x, se)), ""
+def _at(curve: pd.DataFrame, identity: float) -> dict[str, float]:
+    """The curve's columns linearly interpolated at ``identity`` (which lies within its range)."""
+    x = curve["identity"].to_numpy()
+    return {column: float(np.interp(identity, x, curve[column].to_numpy(dtype=float)))
+            for column in ("identity_se", "value", "value_se")}
 
 
-def lesion_claim(outcome: Outcome, metric: str = "rroi") -> Claim:
-    """Our lesion measure (``"rroi"``, or the DR classifier's ``"dr_agreement"``) beats each baseline's at the same
-    identity similarity.
+def deidentification(outcome: Outcome, level: float, level_se: float) -> Instrument:
+    """The gate of the lesion claims: an FS_SIFT ``level`` (with SE) de-identifies when it lies below the FS_SIFT of
+    two photographs of the same eye (:func:`~anonpaper.experiments.vascular.pipeline.identity_references`) by more
+    than ``DECISION_Z`` combined SE; the instrument's value is that distance in SE, its floor ``DECISION_Z``."""
+    references = outcome.references
+    reference, reference_se = references.get("fs_sift_same", float("nan")), references.get("fs_sift_same_se",
+                                                                                            float("nan"))
+    se = difference_se(reference_se, level_se)
+    value = (reference - level) / se if np.isfinite(se) and se > 0 else float("nan")
+    return Instrument(f"edits de-identify: (same-eye FS_SIFT {reference:.3f} - FS_SIFT {level:.3f}) / SE",
+                      value, DECISION_Z)
 
-    Both curves (the measure against identity similarity (FS_SIFT + FS_SR) / 2 over the strength sweep) are
-    interpolated at the middle of the identity range they share; a baseline whose range does not overlap ours is
-    not comparable.
-    """
+
+def lesion_claim(outcome: Outcome, metric: str, baseline: str) -> Claim:
+    """Our lesion measure (``"rroi"``, ``"ams"`` or the DR classifier's ``"dr_agreement"``) above ``baseline``'s at
+    the same FS_SIFT: both sweeps interpolated at the lowest FS_SIFT they both reach (the most de-identified level
+    they share), decided only when the edits there de-identify (:func:`deidentification`)."""
     config = outcome.config
-    name = LESION_MEASURES[metric]
-    ours_curve = _curve(outcome, OURS, metric)
+    name, _ = LESION_MEASURES[metric]
+    claim_id = f"vascular-{'dr' if metric == 'dr_agreement' else metric}-vs-{SLUGS[baseline]}"
+    statement = (f"at the same FS_SIFT, our edit keeps lesions better than {baseline}'s (higher {name})"
+                 + (", measured by a DR classifier (the share of images whose predicted DR class the edit keeps)"
+                    if metric == "dr_agreement" else ""))
+    position = TABLE2_METRICS.index(metric) if metric in TABLE2_METRICS else None
+    paper = ({"ours": PAPER_TABLE2[OURS][position], baseline: PAPER_TABLE2[baseline][position]}
+             if position is not None else "the paper measures lesions by RROI and AMS only (no DR classifier)")
+    paper_effect = PAPER_TABLE2[OURS][position] - PAPER_TABLE2[baseline][position] if position is not None else None
+    instruments = mask_instruments(outcome)
+    if metric == "ams":
+        instruments += lesion_instruments(outcome)
+    if metric == "dr_agreement":
+        instruments.append(instrument(outcome, DR_CHECK))
     n = int(outcome.row("generated", OURS, config.table_alpha).get("n", 0) or 0)
-    directions, parts, values = [], [], {}
-    for method in BASELINES:
-        theirs = _curve(outcome, method, metric)
-        if ours_curve.empty or theirs.empty:
-            directions.append(0)
-            parts.append(f"{method}: not comparable (no finite sweep)")
-            continue
-        low = max(ours_curve["identity"].min(), theirs["identity"].min())
-        high = min(ours_curve["identity"].max(), theirs["identity"].max())
-        if low > high:
-            directions.append(0)
-            parts.append(f"{method}: not comparable (identity similarity: ours spans "
-                         f"[{ours_curve['identity'].min():.3f}, {ours_curve['identity'].max():.3f}], theirs "
-                         f"[{theirs['identity'].min():.3f}, {theirs['identity'].max():.3f}])")
-            continue
-        identity = (low + high) / 2
-        ours, ours_se, _ = _interpolated(outcome, OURS, identity, metric)
-        value, error, _ = _interpolated(outcome, method, identity, metric)
-        difference, combined = _difference(ours, ours_se, value, error)
-        directions.append(_direction(difference, combined))
-        values[method] = {"identity_similarity": round(identity, 4), f"{metric}_ours": round(ours, 4),
-                          f"{metric}_theirs": round(value, 4)}
-        parts.append(f"{method} at identity similarity {identity:.3f}: {name} ours {ours:.3f}, theirs {value:.3f} "
-                     f"(difference {difference:+.3f}, {DECISION_Z:g} SE = {DECISION_Z * combined:.3f})")
-    holds = True if all(d > 0 for d in directions) else (False if any(d < 0 for d in directions) else None)
-    reason = f"{name} against identity similarity (FS_SIFT + FS_SR) / 2 along each sweep: " + "; ".join(parts)
-    if holds is None:
-        reason += "; not every baseline decided beyond noise"
-    paper = {method: {"FS_SIFT": values_[2], "FS_SR": values_[3], "RROI": values_[4], "AMS": values_[5]}
-             for method, values_ in PAPER_TABLE2.items()}
-    if metric == "rroi":
-        return decide("vascular-lesions-kept",
-                      "at equal identity similarity, our edit keeps lesions better (higher RROI) than StyleSpace, "
-                      "LowRankGAN and ReSeFa",
-                      paper=paper, ours=values, holds=holds, reason=reason, n=n, min_n=config.min_test_images)
-    return decide("vascular-lesions-kept-dr",
-                  "at equal identity similarity, our edit keeps lesions better than StyleSpace, LowRankGAN and "
-                  "ReSeFa, measured by a DR classifier (a larger share of images keeps its predicted DR class)",
-                  paper={"note": "the paper measures lesions by RROI and AMS only (no DR classifier); its Table 2",
-                         **paper},
-                  ours=values, holds=holds, reason=reason, n=n, min_n=config.min_test_images)
+    ours_curve, theirs_curve = _curve(outcome, OURS, metric), _curve(outcome, baseline, metric)
+    common = dict(paper=paper, rule="directional", quantity=f"{name}(ours) - {name}({baseline})", n=n,
+                  min_n=config.min_test_images)
+    unmeasured = instruments + [deidentification(outcome, float("nan"), float("nan"))]
+    if ours_curve.empty or theirs_curve.empty:
+        return decide(claim_id, statement, ours={}, instruments=unmeasured, note="not comparable: no finite sweep",
+                      **common)
+    low = max(ours_curve["identity"].min(), theirs_curve["identity"].min())
+    high = min(ours_curve["identity"].max(), theirs_curve["identity"].max())
+    if low > high:
+        spans = {name: f"[{curve['identity'].min():.3f}, {curve['identity'].max():.3f}]"
+                 for name, curve in (("ours", ours_curve), (baseline, theirs_curve))}
+        return decide(claim_id, statement, ours={}, instruments=unmeasured,
+                      note=f"not comparable: FS_SIFT of ours spans {spans['ours']}, of {baseline} {spans[baseline]}",
+                      **common)
+    ours, theirs = _at(ours_curve, low), _at(theirs_curve, low)
+    se = difference_se(ours["value_se"], theirs["value_se"])
+    gate = deidentification(outcome, low, max(ours["identity_se"], theirs["identity_se"]))
+    return decide(claim_id, statement,
+                  ours={"FS_SIFT compared at": _round(low), "ours": _round(ours["value"]),
+                        baseline: _round(theirs["value"]), **_power(se, paper_effect)},
+                  effect=ours["value"] - theirs["value"], se=se, instruments=instruments + [gate], **common)
 
 
-def dr_check(outcome: Outcome) -> str:
-    """The DR classifier's failed check in words (empty when it passed): its held-out QWK below ``DR_MIN_QWK``,
-    or no DR classifier at all."""
-    checks = outcome.instruments
-    rows = checks[checks["measure"] == DR_CHECK] if "measure" in checks else checks.iloc[:0]
-    if rows.empty:
-        return "no DR classifier in this run"
-    row = rows.iloc[0]
-    qwk, floor = float(row["value"]), outcome.config.dr_min_qwk
-    if not np.isfinite(qwk):
-        return f"{row['instrument']}: no held-out QWK"
-    return "" if qwk >= floor else f"{row['instrument']}: held-out QWK {qwk:.3f} < {floor:g}"
+def real_reidentification_claim(outcome: Outcome) -> Claim:
+    """On projected real images, our edit at ``TABLE_ALPHA`` lowers the attacker's rank-1 below the unedited
+    projection's (paired over the same real images; the gallery holds the patients' other images)."""
+    config = outcome.config
+    alpha = config.table_alpha
+    paired = _paired(outcome, ("real", "unedited", 0.0), ("real", OURS, alpha), "rank1")
+    target = outcome.row("real", "real image (not projected)", 0.0).get("rank1", float("nan"))
+    # The projector's domain check counts vessel pixels with the vessel U-Net: it rests on that network too.
+    instruments = [instrument(outcome, VESSEL_DICE), instrument(outcome, ATTACKER_RANK1),
+                   instrument(outcome, PROJECTOR_PSNR), instrument(outcome, PROJECTOR_VESSELS)]
+    vessel_ratio = instruments[-1].value
+    instruments.append(Instrument(f"{instruments[-1].name} (ceiling)", vessel_ratio, 1 / config.min_vessel_ratio,
+                                  higher_is_better=False))
+    return decide(
+        "vascular-real-edit-lowers-reid",
+        f"on real test images inverted into W+, our edit at alpha {alpha:g} lowers the attacker's rank-1 "
+        "re-identification (against the patients' other images) below that of the unedited projection",
+        paper="Sec. 3.3: real images are projected into S and edited to remove their identity (the paper measures "
+              "identity by FS_SIFT and FS_SR only)",
+        ours={"real image": _round(target), "unedited projection": _round(paired["first"]),
+              "ours": _round(paired["second"]), **_power(paired["se"])},
+        rule="directional", effect=paired["mean"], se=paired["se"],
+        quantity="rank-1(unedited projection) - rank-1(ours)", instruments=instruments, n=paired["n"],
+        min_n=config.min_test_images,
+        note="the control is the unedited projection, not the real image: the inversion alone removes what it "
+             "fails to reproduce")
 
 
 def ablation_claim(outcome: Outcome) -> Claim:
-    """FD of the generator trained with both LPIPS losses below the plain one's (and the full Table 3 ordering)."""
+    """FD of the generator trained with both extra losses below the plain one's, on the attacker's embedding."""
     config = outcome.config
     paper = {variant: values[0] for variant, values in PAPER_TABLE3.items()}
     statement = "the extra LPIPS losses lower FD: +both below the plain generator (paper Table 3 ordering)"
+    instruments = [instrument(outcome, VESSEL_DICE), instrument(outcome, LESION_DICE),
+                   instrument(outcome, ATTACKER_RANK1)]
     if outcome.ablation.empty:
-        return decide("vascular-ablation-fd", statement, paper=paper, ours=None, holds=None,
-                      reason="ablation not run (ABLATION_KIMG = 0)")
+        return decide("vascular-ablation-fd", statement, paper=paper, ours={}, rule="directional",
+                      quantity="FD(plain) - FD(+both)", instruments=instruments,
+                      note="ablation not run (ABLATION_KIMG = 0)")
     table = outcome.ablation.set_index("variant")
-    # Decide on features the extra loss never sees (the attacker's embedding), as the paper's FID uses Inception
+    # Decide on features the extra losses never see (the attacker's embedding), as the paper's FID uses Inception
     # features; the vessel U-Net's FD is reported beside it (its features are the ones the +vessel loss matches).
     key = "fd_attacker" if "fd_attacker" in table else "fd"
-    name = "FD (attacker embedding)" if key == "fd_attacker" else "FD (vessel U-Net)"
-    fd = {variant: round(float(table.loc[variant, key]), 3) for variant in table.index}
-    difference, error = _difference(table.loc["+both", key], table.loc["+both", f"{key}_se"],
-                                    table.loc["plain", key], table.loc["plain", f"{key}_se"])
-    direction = _direction(difference, error)
-    order = " < ".join(sorted(fd, key=fd.get))
-    reason = (f"{name} +both - plain = {difference:+.3f} ({DECISION_Z:g} SE = {DECISION_Z * error:.3f}); our "
-              f"order {order}, the paper's +both < +lesion < +vessel < plain; "
-              f"{float(table['kimg'].iloc[0]):g} kimg each")
-    if key == "fd_attacker":
-        vessel = {variant: round(float(table.loc[variant, "fd"]), 3) for variant in table.index}
-        reason += f"; FD (vessel U-Net) {vessel}"
-    holds = True if direction < 0 else (False if direction > 0 else None)
-    if holds is None:
-        reason += "; within noise"
-    # The paper compares converged generators; a shorter schedule than the generators chapter's own generator
-    # measures early training, which is too small a profile to decide the claim either way.
+    fd = {variant: _round(float(table.loc[variant, key]), 3) for variant in table.index}
+    effect = float(table.loc["plain", key] - table.loc["+both", key])
+    se = difference_se(table.loc["plain", f"{key}_se"], table.loc["+both", f"{key}_se"])
+    # The paper compares converged generators: a shorter schedule than the generators chapter's own generator
+    # measures early training.
     kimg = float(table["kimg"].min())
     full = outcome.generator_config.kimg(config.generator) if outcome.generator_config else None
-    if full is not None and kimg < full:
-        return decide("vascular-ablation-fd", statement, paper=paper, ours=fd, holds=None,
-                      reason=f"schedule too short to decide ({kimg:g} kimg per ablation generator < {full:g} kimg of "
-                             f"the generators chapter's generator); {reason}",
-                      n=int(table["n"].iloc[0]), min_n=config.min_test_images)
-    return decide("vascular-ablation-fd", statement, paper=paper, ours=fd, holds=holds, reason=reason,
-                  n=int(table["n"].iloc[0]), min_n=config.min_test_images)
+    if full is not None:
+        instruments.append(Instrument("kimg per ablation generator (at least the generators chapter's)", kimg,
+                                      float(full)))
+    order = " < ".join(sorted(fd, key=fd.get))
+    note = f"our order {order}, the paper's +both < +lesion < +vessel < plain; {kimg:g} kimg each"
+    if key == "fd_attacker":
+        note += f"; FD (vessel U-Net) {({v: _round(float(table.loc[v, 'fd']), 3) for v in table.index})}"
+    return decide("vascular-ablation-fd", statement, paper=paper, ours={**fd, **_power(se)}, rule="directional",
+                  effect=effect, se=se,
+                  quantity=f"{'FD (attacker embedding)' if key == 'fd_attacker' else 'FD'} plain - +both",
+                  instruments=instruments, n=int(table["n"].iloc[0]), min_n=config.min_test_images, note=note)
 
 
 def evaluate_claims(outcome: Outcome) -> list[Claim]:
-    """The chapter's claims; those resting on an instrument that failed its check are undecided with the reason."""
-    vessel = vessel_claim(outcome)
-    checks = outcome.instruments.set_index("measure")
-    dice = float(checks.loc["validation Dice", "value"]) if "validation Dice" in checks.index else float("nan")
-    dice_check = "" if dice >= outcome.config.segmenter_min_dice else (
-        f"validation Dice {dice:.3f} < {outcome.config.segmenter_min_dice}")
-    claims = [instrument_failed(vessel, "vessel U-Net", dice_check) if dice_check else vessel]
-    masks_check = outcome.vessels["check"]
-    classifier_check = dr_check(outcome)
-    dr_claim = lesion_claim(outcome, "dr_agreement")
-    if classifier_check:
-        dr_claim = instrument_failed(dr_claim, "DR classifier", classifier_check)
-    for claim in (top_channel_claim(outcome), lesion_claim(outcome), dr_claim):
-        # Our edit's channel comes from the vessel masks of generated images: every claim about it rests on them.
-        if dice_check:
-            claim = instrument_failed(claim, "vessel U-Net", dice_check)
-        elif masks_check:
-            claim = instrument_failed(claim, "vessel masks of generated images", masks_check)
-        claims.append(claim)
-    ablation = ablation_claim(outcome)
-    claims.append(instrument_failed(ablation, "vessel U-Net", dice_check) if dice_check else ablation)
+    """The chapter's claims (see the module docstring), in the order the page lists them."""
+    claims = [vessel_claim(outcome)]
+    claims += [identity_claim(outcome, baseline, metric) for baseline in BASELINES for metric in FS_NAMES]
+    claims += [control_claim(outcome, control, metric) for control in CONTROLS for metric in FS_NAMES]
+    claims += [lesion_claim(outcome, metric, baseline) for metric, (_, baselines) in LESION_MEASURES.items()
+               for baseline in baselines]
+    claims += [real_reidentification_claim(outcome), ablation_claim(outcome)]
     return claims
+
+
+def too_small(claims: list[Claim]) -> list[str]:
+    """Paper claims whose effect in the paper is smaller than what this run resolves (``DECISION_Z`` SE): a
+    profile too small to decide them whatever the outcome."""
+    small = []
+    for claim in claims:
+        ours = claim.ours if isinstance(claim.ours, dict) else {}
+        paper_effect, resolvable = ours.get("paper effect"), ours.get(f"resolvable ({DECISION_Z:g} SE)")
+        if claim.kind == "paper" and paper_effect is not None and resolvable is not None \
+                and abs(paper_effect) < resolvable:
+            small.append(f"{claim.id} (paper {abs(paper_effect):.3g}, resolvable {resolvable:.3g})")
+    return small
+
+
+__all__ = ["evaluate_claims", "too_small"]

@@ -47,8 +47,16 @@ class Config(ChapterConfig):
     table_alpha: float = parameter(0.5, "Edit strength of the method comparison (paper Table 2: alpha = 0.5).")
     eval_images: int = parameter(64, "Generated images edited and measured per method and strength (the paper: "
                                      "1,000 test images).")
-    real_images: int = parameter(16, "Real held-out images inverted into W+ by the projector and edited.")
+    real_images: int = parameter(64, "Real held-out images (of test patients with a second test image, which the "
+                                     "attacker must find) inverted into W+ by the projector and edited; at least "
+                                     "MIN_TEST_IMAGES for the claim on real images to be decided.")
     projector_steps: int = parameter(200, "Projector Adam steps (the StyleGAN2-ADA recipe: 1000).")
+    projector_min_psnr: float = parameter(24.0, "Projector check: the smallest mean PSNR (dB) of the W+ "
+                                                "projections to their real targets. On the 64 px phantom the mean "
+                                                "image reaches 23.0 dB and a 2 px Gaussian blur of the target "
+                                                "23.2 dB: a projection under 24 dB reproduces a blurred disc, not "
+                                                "the eye. Its domain check: the vessel-pixel fraction of the "
+                                                "projections within MIN_VESSEL_RATIO of their targets'.")
     baseline_images: int = parameter(16, "Generated images on which the baselines find their channel (StyleSpace) "
                                          "or directions (LowRankGAN, ReSeFa Jacobian Gram matrices).")
     match_images: int = parameter(16, "Images on which each baseline's step is matched to the mean image change "
@@ -58,8 +66,20 @@ class Config(ChapterConfig):
                                           "LPIPS, vessel masks, RROI, the exudate label of AMS).")
     segmenter_min_dice: float = parameter(0.5, "Below this validation Dice the vessel U-Net is not trusted and the "
                                                "claims that rest on it are undecided.")
+    lesion_min_dice: float = parameter(0.3, "Floor of the hard-exudate U-Net's validation Dice (AMS's label, the "
+                                            "+lesion loss of Table 3): below it the network does not find the "
+                                            "exudates, and the claims that rest on it are undecided.")
+    lesion_min_share: float = parameter(0.05, "Floor of the share of generated originals in the less frequent "
+                                              "class of AMS's exudate label: a label that is (nearly) the same on "
+                                              "every original cannot show an edit changing it.")
     keypoint_epochs: int = parameter(5, "Epochs of the keypoint detector that stands in for SuperRetina (FS_SR; "
                                         "about 40 CPU-s an epoch on the quick cohort).")
+    keypoint_min_precision: float = parameter(0.5, "Floor of the keypoint detector's precision on the phantom's "
+                                                   "known bifurcations and crossings (within 3 px): below it most "
+                                                   "FS_SR keypoints are not vessel keypoints, and the FS_SR claims "
+                                                   "are undecided.")
+    keypoint_min_recall: float = parameter(0.5, "Floor of the keypoint detector's recall of the phantom's known "
+                                                "keypoints (within 3 px).")
     dr_backbone: str = parameter("small_cnn", "Backbone of the DR classifier that measures lesion utility (trained "
                                               "from scratch on the real training images at the generator's "
                                               "resolution; ICDR grade 0-4, or ODIR-5K's diabetes flag).")
@@ -70,6 +90,11 @@ class Config(ChapterConfig):
     attacker_backbone: str = parameter("small_cnn", "Backbone of the re-identification attacker (an ArcFace "
                                                     "embedding trained on the phantom's patients).")
     attacker_epochs: int = parameter(30, "Epochs of the re-identification attacker.")
+    attacker_min_rank1: float = parameter(0.5, "Floor of the attacker's validation rank-1 (leave-one-out among "
+                                               "held-out real images): an attacker under it does not re-identify "
+                                               "unedited eyes, so its rank-1 on edits says nothing about privacy.")
+    reference_pairs: int = parameter(64, "Pairs of real test images of one eye (and of two different eyes) whose "
+                                         "FS_SIFT and FS_SR are the level an edit must fall under to de-identify.")
     min_vessel_ratio: float = parameter(0.25, "Instrument check: the vessel fraction the segmenter finds in "
                                               "generated images must lie within this share of the real images' one "
                                               "and its inverse, otherwise the Jacobian scores are scores of noise.")
@@ -105,7 +130,8 @@ class Config(ChapterConfig):
             (isinstance(self.table_alpha, (int, float)) and 0 < self.table_alpha <= 1,
              f"TABLE_ALPHA must lie in (0, 1], got {self.table_alpha!r}"),
             (positive_int(self.eval_images, 2), f"EVAL_IMAGES must be an integer >= 2, got {self.eval_images!r}"),
-            (positive_int(self.real_images, 0), f"REAL_IMAGES must be a non-negative integer, got {self.real_images!r}"),
+            (positive_int(self.real_images, 0),
+             f"REAL_IMAGES must be a non-negative integer, got {self.real_images!r}"),
             (positive_int(self.projector_steps), f"PROJECTOR_STEPS must be a positive integer, got "
                                                  f"{self.projector_steps!r}"),
             (positive_int(self.baseline_images), f"BASELINE_IMAGES must be a positive integer, got "
@@ -121,6 +147,11 @@ class Config(ChapterConfig):
             (isinstance(self.attacker_backbone, str) and bool(self.attacker_backbone),
              f"ATTACKER_BACKBONE must be a backbone name, got {self.attacker_backbone!r}"),
             (positive_int(self.dr_epochs), f"DR_EPOCHS must be a positive integer, got {self.dr_epochs!r}"),
+            *[(isinstance(getattr(self, name), (int, float)) and 0 <= getattr(self, name) <= 1,
+               f"{name.upper()} must lie in [0, 1], got {getattr(self, name)!r}")
+              for name in ("lesion_min_dice", "keypoint_min_precision", "keypoint_min_recall", "attacker_min_rank1")],
+            (isinstance(self.lesion_min_share, (int, float)) and 0 <= self.lesion_min_share <= 0.5,
+             f"LESION_MIN_SHARE must lie in [0, 0.5], got {self.lesion_min_share!r}"),
             (isinstance(self.dr_min_qwk, (int, float)) and -1 <= self.dr_min_qwk <= 1,
              f"DR_MIN_QWK must lie in [-1, 1], got {self.dr_min_qwk!r}"),
             (positive_int(self.attacker_epochs), f"ATTACKER_EPOCHS must be a positive integer, got "
@@ -135,6 +166,10 @@ class Config(ChapterConfig):
              f"ABLATION_EVAL_IMAGES must be an integer >= 2, got {self.ablation_eval_images!r}"),
             (positive_int(self.min_test_images), f"MIN_TEST_IMAGES must be a positive integer, got "
                                                  f"{self.min_test_images!r}"),
+            (isinstance(self.projector_min_psnr, (int, float)) and self.projector_min_psnr > 0,
+             f"PROJECTOR_MIN_PSNR must be a positive number of dB, got {self.projector_min_psnr!r}"),
+            (positive_int(self.reference_pairs, 2), f"REFERENCE_PAIRS must be an integer >= 2, got "
+                                                    f"{self.reference_pairs!r}"),
             (positive_int(self.bootstrap, 2), f"BOOTSTRAP must be an integer >= 2, got {self.bootstrap!r}"),
         ]
         for ok, message in checks:

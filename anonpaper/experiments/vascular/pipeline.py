@@ -12,11 +12,16 @@ Stages of :func:`run` (each timed in ``Outcome.seconds``):
 3. contribution scores of every S channel on ``T`` generated images (:func:`score_channels`, Eq. 8-10);
 4. the edits (:func:`edit_methods`): ours with the top channel and with several top channels (Eq. 11), and the
    StyleSpace / LowRankGAN / ReSeFa baselines, each step matched to the mean image change of our top-channel edit at
-   the same alpha;
-5. the metrics of every method and strength on generated and on projected real images (:func:`measure`): FD,
-   domain LPIPS, FS_SIFT, FS_SR, RROI, AMS, the DR classifier's agreement and quadratic-weighted kappa between
-   each image and its edit, and the attacker's rank-1 re-identification;
-6. the Table 3 ablation (:func:`loss_ablation`).
+   the same alpha; at ``TABLE_ALPHA`` also a random and the median-ranked channel at the same image change
+   (:func:`edit_controls`), the controls of the top channel;
+5. the checks measured on this run's images (AMS's label on the originals, :func:`projector_check` of the W+
+   projections) and the identity levels edits are read against (:func:`identity_references`: FS of two
+   photographs of the same eye);
+6. the metrics of every method and strength on generated and on projected real images (:func:`measure`): FD,
+   the U-Net feature distance (where the paper has LPIPS), FS_SIFT, FS_SR, RROI and its area-normalised form, AMS,
+   the DR classifier's agreement and quadratic-weighted kappa between each image and its edit, and, on real images
+   only, the attacker's rank-1 re-identification against the patients' other images (:func:`attack_gallery`);
+7. the Table 3 ablation (:func:`loss_ablation`).
 
 Resolution. The generator may be smaller than the cohort (32 px at ``quick``, whose phantoms are 64 px): every
 instrument is trained on the cohort at its own size and applied to images bilinearly upsampled to it, and vessel
@@ -78,12 +83,24 @@ FUNDUS_IMAGES = "fundus-sg3t"
 OURS, OURS_SEVERAL = "ours", "ours (top channels)"
 STYLESPACE, LOWRANK, RESEFA = "StyleSpace", "LowRankGAN", "ReSeFa"
 METHODS = (OURS, OURS_SEVERAL, STYLESPACE, LOWRANK, RESEFA)
+# The controls of the top channel: a random and the median-ranked channel, edited at matched image change.
+RANDOM_CHANNEL, MEDIAN_CHANNEL = "random channel", "median-ranked channel"
+CONTROLS = (RANDOM_CHANNEL, MEDIAN_CHANNEL)
 ABLATIONS = {"plain": (), "+vessel": ("vessel",), "+lesion": ("lesion",), "+both": ("vessel", "lesion")}
 LPIPS_WEIGHT, ADVERSARIAL_WEIGHT = 0.6, 0.4  # paper 1: L = 0.6 L_lpips + 0.4 L_adv
 EXUDATE_THRESHOLD = 0.5  # an image is labelled "hard exudates present" when any pixel's probability reaches it
 # The DR label a cohort carries -> its classes: the ICDR grade 0-4 (phantom, EyePACS, APTOS, BRSET) or ODIR-5K's
 # patient-level diabetes flag D (ODIR-5K has no grade).
+# The measures of the instruments table (``Outcome.instruments``) that claims rest on, each with its floor in Config.
 DR_CHECK = "held-out QWK against the true labels"  # the DR classifier's check row in the instruments table
+VESSEL_DICE = "validation Dice"
+LESION_DICE = "validation Dice of the exudate masks (1 when no exudate anywhere)"
+LESION_SHARE = "minority share of the exudate label on the generated originals"
+KEYPOINT_PRECISION = "validation keypoint precision (3 px)"
+KEYPOINT_RECALL = "validation keypoint recall (3 px)"
+ATTACKER_RANK1 = "validation rank-1 (leave-one-out)"
+PROJECTOR_PSNR = "PSNR of the W+ projections to their real targets (dB)"
+PROJECTOR_VESSELS = "vessel-pixel fraction of the projections / of their real targets"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -222,16 +239,16 @@ def load_instruments(config, generator_config: GeneratorsConfig, progress: bool 
     dr, dr_check = train_dr_classifier(config, generator_config, progress)
     dr_name = (f"DR classifier ({dr_check['column']}, {dr_check['classes']} classes; {dr_check['n']} held-out real "
                f"images: {dr_check['source']})" if dr is not None else f"DR classifier ({dr_check['source']})")
-    rows = [{"instrument": f"vessel U-Net ({vessels.name})", "measure": "validation Dice", "value": vessel.val_dice,
+    rows = [{"instrument": f"vessel U-Net ({vessels.name})", "measure": VESSEL_DICE, "value": vessel.val_dice,
              "floor": config.segmenter_min_dice},
-            {"instrument": "hard-exudate U-Net", "measure": "validation Dice (1 when no exudate anywhere)",
-             "value": exudate.val_dice, "floor": float("nan")},
-            {"instrument": "keypoint detector (FS_SR)", "measure": "validation keypoint precision (3 px)",
-             "value": keypoints.val_metrics["precision"], "floor": float("nan")},
-            {"instrument": "keypoint detector (FS_SR)", "measure": "validation keypoint recall (3 px)",
-             "value": keypoints.val_metrics["recall"], "floor": float("nan")},
-            {"instrument": "re-identification attacker", "measure": "validation rank-1 (leave-one-out)",
-             "value": attacker_check["val_rank1"], "floor": float("nan")},
+            {"instrument": "hard-exudate U-Net (AMS, the +lesion loss)", "measure": LESION_DICE,
+             "value": exudate.val_dice, "floor": config.lesion_min_dice},
+            {"instrument": "keypoint detector (FS_SR)", "measure": KEYPOINT_PRECISION,
+             "value": keypoints.val_metrics["precision"], "floor": config.keypoint_min_precision},
+            {"instrument": "keypoint detector (FS_SR)", "measure": KEYPOINT_RECALL,
+             "value": keypoints.val_metrics["recall"], "floor": config.keypoint_min_recall},
+            {"instrument": "re-identification attacker", "measure": ATTACKER_RANK1,
+             "value": attacker_check["val_rank1"], "floor": config.attacker_min_rank1},
             {"instrument": dr_name, "measure": DR_CHECK, "value": dr_check["qwk"], "floor": config.dr_min_qwk},
             {"instrument": dr_name, "measure": "held-out QWK standard error (patient bootstrap)",
              "value": dr_check["qwk_se"], "floor": float("nan")},
@@ -298,12 +315,19 @@ def vessel_check(instruments: Instruments, generated: torch.Tensor, real: torch.
 
     Returns:
         Dict with the vessel-pixel fractions ``generated``, ``real`` (real images resampled to the generator's
-        size), ``real_native`` (at the cohort's size), ``ratio`` = generated / real, ``passed`` and ``check`` (empty
-        when passed, else the failed check in words).
+        size), ``real_native`` (at the cohort's size), ``ratio`` = generated / real, ``log_ratio_se`` (the standard
+        error of ``log(ratio)`` over images, delta method), ``passed`` and ``check`` (empty when passed, else the
+        failed check in words).
     """
-    fractions = {name: float((vessel_probability(instruments, images) >= 0.5).float().mean())
+    per_image = {name: (vessel_probability(instruments, images) >= 0.5).float().flatten(1).mean(1).double().numpy()
                  for name, images in (("generated", generated), ("real", real), ("real_native", real_native))}
+    fractions = {name: float(values.mean()) for name, values in per_image.items()}
     ratio = fractions["generated"] / fractions["real"] if fractions["real"] > 0 else float("nan")
+    log_ratio_se = float("nan")
+    if fractions["generated"] > 0 and fractions["real"] > 0 and min(len(generated), len(real)) > 1:
+        # Var(log mean) ~ Var(mean) / mean^2 for each independent set of images
+        log_ratio_se = float(np.sqrt(sum(per_image[name].var(ddof=1) / len(per_image[name]) / fractions[name] ** 2
+                                         for name in ("generated", "real"))))
     # Two-sided: far fewer vessel pixels than real (no vessels drawn) and far more (the segmenter marks texture or
     # the whole field as vessel) both make the masks something other than vessels.
     low, high = config.min_vessel_ratio, 1.0 / config.min_vessel_ratio
@@ -316,12 +340,13 @@ def vessel_check(instruments: Instruments, generated: torch.Tensor, real: torch.
         passed = False
         check = "; ".join(part for part in (check, f"{empty_masks} of {len(generated)} generated images have no "
                                                    f"vessel pixel (more than {config.max_empty_masks:.0%})") if part)
-    dice = float(instruments.checks.loc[instruments.checks["measure"] == "validation Dice", "value"].iloc[0])
+    dice = float(instruments.checks.loc[instruments.checks["measure"] == VESSEL_DICE, "value"].iloc[0])
     if dice < config.segmenter_min_dice:
         passed = False
         check = "; ".join(part for part in (f"the vessel U-Net's validation Dice is {dice:.3f} < "
                                             f"{config.segmenter_min_dice}", check) if part)
-    return {**fractions, "ratio": ratio, "empty_share": empty_share, "passed": passed, "check": check}
+    return {**fractions, "ratio": ratio, "log_ratio_se": log_ratio_se, "empty_share": empty_share, "passed": passed,
+            "check": check}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -492,23 +517,53 @@ def _ours(generator, edit_set: EditSet, channels: list[int], mean: torch.Tensor,
     return render(generator, edit_channels(edit_set.codes, channels, mean, alpha))
 
 
+def _s_coordinates(generator, edit_set: EditSet, index: int, std: torch.Tensor,
+                   rows: slice) -> tuple[LatentCoordinates, torch.Tensor]:
+    """Flat S as the editing space of (a slice of) an edit set, and StyleSpace's direction ``sigma_c e_c`` of the
+    flat channel ``index``."""
+    codes = edit_set.codes.select(rows).detach()
+
+    def draw(flat: torch.Tensor) -> torch.Tensor:
+        return generator.synthesis_from_styles(codes.with_flat(flat))
+
+    coordinates = LatentCoordinates("s", codes.flatten().clone(), draw,
+                                    tuple(str(i) for i in range(codes.layout.total_channels)))
+    return coordinates, stylespace_direction(index, std)
+
+
 def _coordinates(generator, edit_set: EditSet, method: str, baselines: Baselines, std: torch.Tensor,
                  rows: slice | None = None) -> tuple[LatentCoordinates, torch.Tensor] | None:
     """The latent space and direction of a baseline for (a slice of) an edit set; None when it has no direction."""
     rows = rows or slice(None)
     if method == STYLESPACE:
-        codes = edit_set.codes.select(rows).detach()
-
-        def draw(flat: torch.Tensor) -> torch.Tensor:
-            return generator.synthesis_from_styles(codes.with_flat(flat))
-
-        coordinates = LatentCoordinates("s", codes.flatten().clone(), draw,
-                                        tuple(str(i) for i in range(codes.layout.total_channels)))
-        return coordinates, stylespace_direction(baselines.stylespace_index, std)
+        return _s_coordinates(generator, edit_set, baselines.stylespace_index, std, rows)
     direction = baselines.lowrank if method == LOWRANK else baselines.resefa
     if direction is None:
         return None
     return w_coordinates(generator, edit_set.ws[rows], baselines.w_layers), direction
+
+
+def _matched_edit(edit_set: EditSet, locate: Callable, target_change: float, subset: slice, missing: str) -> dict:
+    """An edit along ``locate(rows) -> (coordinates, direction) | None`` whose step is matched on the ``subset``
+    images to ``target_change`` (mean absolute change in the generator's [-1, 1] range), then applied to every image.
+
+    Returns:
+        ``{"images": (N, C, R, R) in [0, 1] or None, "step", "change" (mean absolute change in [0, 1] units),
+        "error" (why there is no edit: ``missing`` when ``locate`` finds no direction)}``.
+    """
+    found = locate(subset)
+    if found is None:
+        return {"images": None, "step": float("nan"), "change": float("nan"), "error": missing}
+    coordinates, direction = found
+    try:
+        # 1 % is far below the spread of the metrics across images; tighter costs renders, not accuracy
+        step = step_for_image_change(coordinates, direction, target_change, tolerance=1e-2) if target_change > 0 \
+            else 0.0
+    except ValueError as error:
+        return {"images": None, "step": float("nan"), "change": float("nan"), "error": f"step not matched ({error})"}
+    full, direction = locate(slice(None))
+    images = to_unit_range(full.edit(direction, step)).clamp(0, 1).cpu()
+    return {"images": images, "step": step, "error": "", "change": float((images - edit_set.originals).abs().mean())}
 
 
 def edit_methods(generator: StyleGenerator, edit_set: EditSet, top: list[int], several: list[int],
@@ -536,25 +591,40 @@ def edit_methods(generator: StyleGenerator, edit_set: EditSet, top: list[int], s
         # The target in the generator's own range ([-1, 1]: twice the [0, 1] change), on the matching subset.
         subset_change = 2 * float((ours[subset] - edit_set.originals[subset]).abs().mean())
         for method in (STYLESPACE, LOWRANK, RESEFA):
-            found = _coordinates(generator, edit_set, method, baselines, std, subset)
-            if found is None:
-                results[(method, alpha)] = {"images": None, "step": float("nan"), "change": float("nan"),
-                                            "error": baselines.errors.get(method, "no direction")}
-                continue
-            coordinates, direction = found
-            try:
-                # 1 % is far below the spread of the metrics across images; tighter costs renders, not accuracy
-                step = (step_for_image_change(coordinates, direction, subset_change, tolerance=1e-2)
-                        if subset_change > 0 else 0.0)
-            except ValueError as error:
-                results[(method, alpha)] = {"images": None, "step": float("nan"), "change": float("nan"),
-                                            "error": f"step not matched ({error})"}
-                continue
-            full, direction = _coordinates(generator, edit_set, method, baselines, std)
-            images = to_unit_range(full.edit(direction, step)).clamp(0, 1).cpu()
-            results[(method, alpha)] = {"images": images, "step": step, "error": "",
-                                        "change": float((images - edit_set.originals).abs().mean())}
+            results[(method, alpha)] = _matched_edit(
+                edit_set, lambda rows, method=method: _coordinates(generator, edit_set, method, baselines, std, rows),
+                subset_change, subset, baselines.errors.get(method, "no direction"))
     return results
+
+
+def control_channels(ranking: list[int], seed: int) -> dict[str, int]:
+    """The control channels our top channel is compared with: one drawn at random from all channels but the top
+    one (seeded), and the median-ranked one (rank ``K // 2 + 1`` of ``K``).
+
+    Example:
+        >>> control_channels([7, 3, 5, 0, 9], seed=0)[MEDIAN_CHANNEL]
+        5
+    """
+    rng = np.random.default_rng(seed)
+    return {RANDOM_CHANNEL: int(ranking[1 + int(rng.integers(len(ranking) - 1))]),
+            MEDIAN_CHANNEL: int(ranking[len(ranking) // 2])}
+
+
+def edit_controls(generator: StyleGenerator, edit_set: EditSet, top: list[int], controls: dict[str, int],
+                  statistics: dict, alpha: float, match_images: int) -> dict:
+    """The control channels' edits at one strength: each channel moved along StyleSpace's direction
+    ``sigma_c e_c`` with the step whose mean image change on the first ``match_images`` images equals that of our
+    top-channel edit at ``alpha`` (so that the comparison is at matched image change, not at matched alpha).
+
+    Returns:
+        ``{(control name, alpha): edit}`` as :func:`edit_methods`.
+    """
+    subset = slice(0, min(match_images, edit_set.codes.batch_size))
+    ours = _ours(generator, edit_set, top, statistics["mean"], alpha)
+    subset_change = 2 * float((ours[subset] - edit_set.originals[subset]).abs().mean())
+    return {(name, alpha): _matched_edit(
+        edit_set, lambda rows, index=index: _s_coordinates(generator, edit_set, index, statistics["std"], rows),
+        subset_change, subset, "no direction") for name, index in controls.items()}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -639,13 +709,15 @@ def rank1_hits(query: np.ndarray, gallery: np.ndarray, query_ids: np.ndarray, ga
 
 @dataclass
 class AttackGallery:
-    """What the attacker compares edits against.
+    """What the attacker compares edits against: other images of the edited images' patients (and of other
+    patients), never the edit's own original.
 
     Attributes:
         embeddings: ``(G, D)`` gallery embeddings.
         identities: ``(G,)`` gallery identities.
         query_identities: ``(N,)`` identity of each edited image.
-        exclude: ``(N,)`` gallery index hidden from each query (its own unedited image) or None.
+        exclude: ``(N,)`` gallery index hidden from each query (the real image its original was projected from)
+            or None.
     """
 
     embeddings: np.ndarray
@@ -654,25 +726,56 @@ class AttackGallery:
     exclude: np.ndarray | None = None
 
 
+def attack_gallery(instruments: Instruments, edit_set: EditSet, test_images: np.ndarray,
+                   test_patients: np.ndarray, query_rows: np.ndarray) -> AttackGallery | None:
+    """The attacker's gallery of an edit set: for projected real images, every real test image (the query's own
+    real image hidden, so the attacker must find the patient through the patient's other images); None for
+    generated images, which have no second image of their identity (a gallery of their own originals would make
+    rank-1 a test of whether the edit changed the image at all).
+
+    Args:
+        test_images: ``(G, C, R, R)`` float array in [0, 1], every real test image.
+        test_patients: ``(G,)`` their patient ids.
+        query_rows: ``(N,)`` the test-split row of each edited image's real target.
+    """
+    if edit_set.patients is None:
+        return None
+    return AttackGallery(embeddings(instruments, torch.from_numpy(test_images)), np.asarray(test_patients),
+                         np.asarray(edit_set.patients), np.asarray(query_rows))
+
+
+def unet_distance(instruments: Instruments, first: torch.Tensor, second: torch.Tensor) -> np.ndarray:
+    """Paper 1's domain "LPIPS" as we measure it: the cosine distance of the vessel U-Net's 8 taps
+    (:func:`~anonpaper.metrics.quality.domain_lpips`) between image pairs ``(N, C, S, S)`` at the cohort's side,
+    ``(N,)``. Not the perceptual LPIPS of the paper's Table 2 (no ImageNet network offline), and on the one U-Net
+    that passes its floor (the hard-exudate U-Net's taps are left out: its check decides whether it sees lesions)."""
+    with torch.no_grad():
+        return domain_lpips(first, second, [instruments.vessel.forward_features], reduction="none").numpy()
+
+
 def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Tensor, real_features: np.ndarray,
-            gallery: AttackGallery, bootstrap: int = 0, seed: int = 0) -> tuple[dict, dict[str, np.ndarray]]:
+            gallery: AttackGallery | None, clusters: np.ndarray, bootstrap: int = 0,
+            seed: int = 0) -> tuple[dict, dict[str, np.ndarray]]:
     """Paper 1's Table 2 metrics of one edit of ``N`` images, the DR utility and the attacker's rank-1, each with
     its SE.
 
     Args:
         originals, edited: ``(N, C, R, R)`` in [0, 1].
         real_features: FD features of the real reference images.
-        gallery: The attacker's gallery (its ``query_identities`` are also the bootstrap clusters of the DR kappa).
+        gallery: The attacker's gallery (:func:`attack_gallery`); None: no rank-1 (NaN).
+        clusters: ``(N,)`` bootstrap clusters of the DR kappa (images, or the patients of real images).
         bootstrap, seed: Resamples and seed of the DR kappa's bootstrap SE (below 2: NaN).
 
     Returns:
-        Dict: ``fd`` (edited vs real), ``lpips`` (domain: vessel + exudate U-Net taps, edited vs its
-        original), ``fs_sift``, ``fs_sr``, ``rroi`` (mean of finite ratios), ``rroi_median``, ``rroi_unbounded``,
-        ``ams``, ``dr_agreement`` (share of images whose predicted DR class the edit keeps), ``dr_qwk``
-        (quadratic-weighted kappa between the predictions on the originals and on the edits), ``rank1`` (each
-        ``*_se``), ``n``; and the per-image ``(N,)`` arrays ``fs_sift``, ``fs_sr``, ``rroi`` and ``dr_agreement``
-        (for paired comparisons). RROI is undefined (NaN) for an image whose vessel mask is empty; the DR columns
-        are absent without a DR classifier.
+        Dict: ``fd`` (edited vs real), ``unet_distance`` (:func:`unet_distance`, edited vs its original),
+        ``fs_sift`` (mean over pairs whose original has a SIFT keypoint; ``fs_sift_missing`` counts the others),
+        ``fs_sr``, ``rroi`` (mean of finite ratios), ``rroi_median``, ``rroi_unbounded``, ``rroi_area`` (RROI over
+        the RROI of a change spread evenly over the image, ``sqrt(|M| / |1 - M|)``: 1 = the edit is no more on the
+        vessels than anywhere else), ``ams``, ``dr_agreement`` (share of images whose predicted DR class the edit
+        keeps), ``dr_qwk`` (quadratic-weighted kappa between the predictions on the originals and on the edits),
+        ``rank1`` (each ``*_se``), ``n``; and the per-image ``(N,)`` arrays ``fs_sift``, ``fs_sr``, ``rroi``,
+        ``rroi_area``, ``ams``, ``dr_agreement`` and ``rank1`` (for paired comparisons). RROI is undefined (NaN)
+        for an image whose vessel mask is empty; the DR columns are absent without a DR classifier.
     """
     size = instruments.cohort_size
     first, second = _upsample(originals, size), _upsample(edited, size)
@@ -680,31 +783,37 @@ def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Ten
     # No bootstrap here: no claim rests on the sweep's FD, and 66 settings x BOOTSTRAP matrix square roots would
     # cost minutes at quick (the Table 3 FDs, which a claim compares, carry their bootstrap SE).
     row["fd"] = frechet_distance(real_features, fd_features(instruments, edited))
-    with torch.no_grad():
-        lpips = domain_lpips(first, second, [instruments.vessel.forward_features,
-                                             instruments.exudate.forward_features], reduction="none").numpy()
-    row["lpips"], row["lpips_se"] = _mean_se(lpips)
+    row["unet_distance"], row["unet_distance_se"] = _mean_se(unet_distance(instruments, first, second))
     per_image = {"fs_sift": fs_sift(first, second, reduction="none"),
                  "fs_sr": fs_sr(instruments.keypoints, first, second, reduction="none")}
     row["fs_sift"], row["fs_sift_se"] = _mean_se(per_image["fs_sift"])
+    row["fs_sift_missing"] = int(np.isnan(per_image["fs_sift"]).sum())
     row["fs_sr"], row["fs_sr_se"] = _mean_se(per_image["fs_sr"])
     mask = (vessel_probability(instruments, originals) >= 0.5).float()
     ratios = rroi(mask, first, second, reduction="none")
-    ratios[mask.flatten(1).sum(1).numpy() == 0] = np.nan  # no region of interest: the ratio means nothing
+    area = mask.flatten(1).sum(1).double().numpy()
+    ratios[area == 0] = np.nan  # no region of interest: the ratio means nothing
     per_image["rroi"] = ratios
     row["rroi"], row["rroi_se"] = _mean_se(ratios)
     defined = ratios[~np.isnan(ratios)]
     row["rroi_median"] = float(np.median(defined)) if defined.size else float("nan")
     row["rroi_unbounded"] = int(np.isposinf(ratios).sum())
-    agreement = exudate_present(instruments, originals) == exudate_present(instruments, edited)
-    row["ams"], row["ams_se"] = _mean_se(agreement.astype(float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # An even change d everywhere gives ||M d|| / ||(1 - M) d|| = sqrt(|M| / |1 - M|) (L2 norms of Eq. 12).
+        per_image["rroi_area"] = ratios / np.sqrt(area / (mask[0].numel() - area))
+    row["rroi_area"], row["rroi_area_se"] = _mean_se(per_image["rroi_area"])
+    agreement = (exudate_present(instruments, originals) == exudate_present(instruments, edited)).astype(float)
+    per_image["ams"] = agreement
+    row["ams"], row["ams_se"] = _mean_se(agreement)
     if instruments.dr is not None:
-        dr_row, per_image["dr_agreement"] = dr_utility(instruments, originals, edited, gallery.query_identities,
-                                                       bootstrap, seed)
+        dr_row, per_image["dr_agreement"] = dr_utility(instruments, originals, edited, clusters, bootstrap, seed)
         row.update(dr_row)
-    hits = rank1_hits(embeddings(instruments, edited), gallery.embeddings, gallery.query_identities,
-                      gallery.identities, gallery.exclude)
-    row["rank1"], row["rank1_se"] = _mean_se(hits.astype(float))
+    if gallery is None:
+        per_image["rank1"] = np.full(len(originals), np.nan)
+    else:
+        per_image["rank1"] = rank1_hits(embeddings(instruments, edited), gallery.embeddings,
+                                        gallery.query_identities, gallery.identities, gallery.exclude).astype(float)
+    row["rank1"], row["rank1_se"] = _mean_se(per_image["rank1"])
     return row, per_image
 
 
@@ -752,6 +861,75 @@ def project_real(generator: StyleGenerator, targets: torch.Tensor, steps: int, s
         codes.append(result.codes.detach())
         images.append(to_unit_range(result.reconstruction).clamp(0, 1).cpu())
     return torch.cat(ws), concatenate_codes(codes), torch.cat(images)
+
+
+def identity_references(instruments: Instruments, images: np.ndarray, patients: np.ndarray, pairs: int,
+                        seed: int) -> dict:
+    """The identity similarity an edit is read against: FS_SIFT and FS_SR between two photographs of the same eye
+    (one pair per patient with two or more images) and between photographs of two different eyes, on real images as
+    the generator sees them (``images`` at its side, upsampled to the instruments' like every edit).
+
+    An edit de-identifies on these measures when it leaves its original *less* similar than a second photograph of
+    the same eye is (an unedited image compared with itself scores about 1, which any edit undercuts).
+
+    Args:
+        images: ``(G, C, R, R)`` float array in [0, 1]; ``patients``: ``(G,)`` their patient ids.
+        pairs: At most this many pairs of each kind (same eye, different eyes).
+        seed: Seed of the pair draws.
+
+    Returns:
+        ``{"<metric>_<kind>": mean, "<metric>_<kind>_se": SE, "<metric>_<kind>_n": pairs}`` for metric in
+        (``fs_sift``, ``fs_sr``) and kind in (``same``, ``different``); NaN with 0 pairs when none can be formed.
+    """
+    rng = np.random.default_rng(seed)
+    patients = np.asarray(patients)
+    same = []
+    for patient in rng.permutation(np.unique(patients)):
+        rows = np.flatnonzero(patients == patient)
+        if len(rows) >= 2:
+            same.append(rng.choice(rows, 2, replace=False))
+    same = np.array(same[:pairs], dtype=np.int64).reshape(-1, 2)
+    different = []
+    while len(different) < min(pairs, len(same)) and len(np.unique(patients)) > 1:
+        first, second = rng.choice(len(patients), 2, replace=False)
+        if patients[first] != patients[second]:
+            different.append((first, second))
+    different = np.array(different, dtype=np.int64).reshape(-1, 2)
+    tensor = _upsample(torch.from_numpy(np.asarray(images, dtype=np.float32)), instruments.cohort_size)
+    references = {}
+    for kind, index in (("same", same), ("different", different)):
+        first, second = tensor[index[:, 0]], tensor[index[:, 1]]
+        for metric, values in (("fs_sift", lambda: fs_sift(first, second, reduction="none")),
+                               ("fs_sr", lambda: fs_sr(instruments.keypoints, first, second, reduction="none"))):
+            scores = values() if len(index) else np.array([])
+            references[f"{metric}_{kind}"], references[f"{metric}_{kind}_se"] = _mean_se(scores)
+            references[f"{metric}_{kind}_n"] = int(np.isfinite(scores).sum())
+    return references
+
+
+def projector_check(instruments: Instruments, targets: torch.Tensor, reconstruction: torch.Tensor) -> dict:
+    """The projector's own check: PSNR of the W+ projections to their real targets (a blurred disc reaches about
+    23 dB on the 64 px phantom, the floor ``PROJECTOR_MIN_PSNR`` is above it), and a domain check: the vessel-pixel
+    fraction the vessel U-Net finds in the projections over that of their targets.
+
+    Returns:
+        ``{"psnr", "psnr_se", "vessel_ratio", "n"}``.
+    """
+    from anonpaper.metrics.quality import psnr
+
+    values = psnr(targets, reconstruction, reduction="none").double().numpy()
+    fractions = [float((vessel_probability(instruments, images) >= 0.5).float().mean())
+                 for images in (reconstruction, targets)]
+    result = {"n": len(targets), "vessel_ratio": fractions[0] / fractions[1] if fractions[1] > 0 else float("nan")}
+    result["psnr"], result["psnr_se"] = _mean_se(values)
+    return result
+
+
+def lesion_label_share(instruments: Instruments, images: torch.Tensor) -> float:
+    """The share of ``images`` in the less frequent class of AMS's hard-exudate label (0 when the label is the same
+    for every image: AMS then cannot see an edit change it)."""
+    labels = exudate_present(instruments, images)
+    return float(min(labels.mean(), 1 - labels.mean())) if len(labels) else float("nan")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -822,9 +1000,9 @@ def train_ablation_generator(variant: str, instruments: Instruments, config, gen
 def loss_ablation(instruments: Instruments, config, generator_config: GeneratorsConfig,
                   progress: bool = False) -> tuple[pd.DataFrame, dict]:
     """Table 3: FD on the vessel U-Net's features and FD on the attacker's embeddings (a network the extra loss
-    never sees, like the paper's Inception features; both with bootstrap SE), LPIPS (domain, each generated image
-    against a random real one), MSE (likewise, unpaired) and SWD of each ablation generator against real training
-    images.
+    never sees, like the paper's Inception features; both with bootstrap SE), the U-Net feature distance
+    (:func:`unet_distance`, each generated image against a random real one, where the paper has LPIPS), MSE
+    (likewise, unpaired) and SWD of each ablation generator against real training images.
 
     Returns:
         ``(table, samples)``: one row per variant; ``samples[variant]`` = 8 images (N, C, R, R) in [0, 1].
@@ -847,17 +1025,15 @@ def loss_ablation(instruments: Instruments, config, generator_config: Generators
         fake = generate(generator, count, derive_seed(config.seed, "ablation-samples"))
         fd, fd_se = bootstrap_fd(real_features, fd_features(instruments, fake), config.bootstrap,
                                  derive_seed(config.seed, "ablation-fd", variant))
-        with torch.no_grad():
-            size = instruments.cohort_size
-            lpips = domain_lpips(_upsample(fake, size), _upsample(partner, size),
-                                 [instruments.vessel.forward_features, instruments.exudate.forward_features],
-                                 reduction="none").numpy()
+        size = instruments.cohort_size
+        distance = unet_distance(instruments, _upsample(fake, size), _upsample(partner, size))
         mse = (fake - partner).square().flatten(1).mean(1).numpy()
         fd_attacker, fd_attacker_se = bootstrap_fd(real_embeddings, embeddings(instruments, fake).astype(np.float64),
-                                                   config.bootstrap, derive_seed(config.seed, "ablation-fd-id", variant))
+                                                   config.bootstrap,
+                                                   derive_seed(config.seed, "ablation-fd-id", variant))
         row = {"variant": variant, "kimg": artifact["kimg"], "train_seconds": artifact["seconds"], "fd": fd,
                "fd_se": fd_se, "fd_attacker": fd_attacker, "fd_attacker_se": fd_attacker_se}
-        row["lpips"], row["lpips_se"] = _mean_se(lpips)
+        row["unet_distance"], row["unet_distance_se"] = _mean_se(distance)
         row["mse"], row["mse_se"] = _mean_se(mse)
         row["swd"] = swd(real, fake, seed=config.seed).value if generator.resolution >= 16 else float("nan")
         row["n"] = count
@@ -887,8 +1063,10 @@ class Outcome:
         ablation: Table 3 rows (empty when skipped); ``ablation_samples``: variant -> images.
         samples: Arrays for the figures (see :func:`run`).
         seconds: Wall seconds per stage.
-        per_image: ``(image_set, method, alpha)`` -> per-image ``fs_sift``, ``fs_sr``, ``rroi`` and
-            ``dr_agreement`` arrays.
+        per_image: ``(image_set, method, alpha)`` -> the per-image arrays of :func:`measure`.
+        references: :func:`identity_references` (the same-eye and different-eye FS levels).
+        controls: The control channels (:func:`control_channels`): name -> flat S index.
+        projector: :func:`projector_check` of the real images (empty without real images).
     """
 
     config: Any
@@ -906,6 +1084,9 @@ class Outcome:
     samples: dict
     seconds: dict
     per_image: dict = field(default_factory=dict)
+    references: dict = field(default_factory=dict)
+    controls: dict = field(default_factory=dict)
+    projector: dict = field(default_factory=dict)
 
     def row(self, image_set: str, method: str, alpha: float) -> dict:
         """The sweep row of one image set, method and strength (empty dict when absent)."""
@@ -989,11 +1170,28 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     edit_sets = [generated]
     queries, query_rows, test_images, test_patients = real_queries(generator_config, config.real_images,
                                                                    derive_seed(config.seed, "real-queries"))
+    projector = {}
     if len(queries):
         ws_real, codes_real, reconstruction = project_real(generator, queries, config.projector_steps,
                                                            derive_seed(config.seed, "projector"))
         edit_sets.append(EditSet("real", reconstruction, codes_real, ws_real, queries, test_patients[query_rows]))
+        projector = projector_check(instruments, queries, reconstruction)
     lap("projector")
+
+    # The instruments measured on this run's images: AMS's label on the originals, the projector, the FS levels of
+    # two photographs of one eye.
+    checks = [{"instrument": "hard-exudate U-Net (AMS, the +lesion loss)", "measure": LESION_SHARE,
+               "value": lesion_label_share(instruments, generated.originals), "floor": config.lesion_min_share}]
+    if projector:
+        checks += [{"instrument": f"projector ({config.projector_steps} steps, {projector['n']} real test images)",
+                    "measure": PROJECTOR_PSNR, "value": projector["psnr"], "floor": config.projector_min_psnr},
+                   {"instrument": f"projector ({config.projector_steps} steps, {projector['n']} real test images)",
+                    "measure": PROJECTOR_VESSELS, "value": projector["vessel_ratio"],
+                    "floor": config.min_vessel_ratio}]
+    instrument_checks = pd.concat([instruments.checks, pd.DataFrame(checks)], ignore_index=True)
+    references = identity_references(instruments, test_images, test_patients, config.reference_pairs,
+                                     derive_seed(config.seed, "identity-references"))
+    controls = control_channels(ranking, derive_seed(config.seed, "control-channel"))
 
     real_features = fd_features(instruments, real_resampled)
     rows, examples, per_image = [], {}, {}
@@ -1002,17 +1200,19 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
         edits = edit_methods(generator, edit_set, top, several, statistics, baselines, strengths,
                              config.match_images)
         if edit_set.name == "generated":
-            gallery = AttackGallery(embeddings(instruments, edit_set.originals), np.arange(len(edit_set.originals)),
-                                    np.arange(len(edit_set.originals)))
-        else:
-            gallery = AttackGallery(embeddings(instruments, torch.from_numpy(test_images)), test_patients,
-                                    edit_set.patients, query_rows)
-        # alpha = 0: the unedited images (for real ones, the projection: what the inversion alone leaks)
+            # The top channel's controls, at the comparison strength only (the claims' strength).
+            edits.update(edit_controls(generator, edit_set, top, controls, statistics, config.table_alpha,
+                                       config.match_images))
+        gallery = attack_gallery(instruments, edit_set, test_images, test_patients, query_rows)
+        clusters = edit_set.patients if edit_set.patients is not None else np.arange(len(edit_set.originals))
+
         def measured(first: torch.Tensor, second: torch.Tensor, *key) -> tuple[dict, dict]:
-            return measure(instruments, first, second, real_features, gallery, config.bootstrap,
+            return measure(instruments, first, second, real_features, gallery, clusters, config.bootstrap,
                            derive_seed(config.seed, "dr-bootstrap", edit_set.name, *key))
 
-        baseline_row, _ = measured(edit_set.originals, edit_set.originals, "unedited")
+        # alpha = 0: the unedited images (for real ones, the projection: what the inversion alone leaks)
+        baseline_row, per_image[(edit_set.name, "unedited", 0.0)] = measured(edit_set.originals, edit_set.originals,
+                                                                             "unedited")
         rows.append({"image_set": edit_set.name, "method": "unedited", "alpha": 0.0, "step": 0.0, "change": 0.0,
                      "error": "", **baseline_row})
         if edit_set.targets is not None:
@@ -1049,5 +1249,6 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     lap("figures")
     ablation, ablation_samples = loss_ablation(instruments, config, generator_config, progress)
     lap("ablation")
-    return Outcome(config, generator_config, generator_info, instruments.checks, vessels, scores, channels, speed,
-                   baselines, sweep, ablation, ablation_samples, samples, seconds, per_image)
+    return Outcome(config, generator_config, generator_info, instrument_checks, vessels, scores, channels, speed,
+                   baselines, sweep, ablation, ablation_samples, samples, seconds, per_image, references, controls,
+                   projector)
