@@ -136,6 +136,12 @@ def test_fs_sr_identical_shifted_and_different_images():
     assert scores[0] == pytest.approx(1.0)
     assert scores[1] > 0.8
     assert scores[2] < 0.3
+    # A blank original has no keypoint: no score (NaN, skipped by the mean), never 0 (perfect de-identification).
+    blank = np.zeros_like(original)
+    scores = fs_sr(model, np.stack([blank, original]), np.stack([original, shifted]), nms_radius=1, reduction="none")
+    assert np.isnan(scores[0]) and scores[1] > 0.8
+    assert fs_sr(model, np.stack([blank, original]), np.stack([original, shifted]), nms_radius=1) == scores[1]
+    assert np.isnan(fs_sr(model, np.stack([blank]), np.stack([original]), nms_radius=1))
     with pytest.raises(ValueError, match="differ in shape"):
         fs_sr(model, np.stack([original]), np.stack([original, shifted]))
 

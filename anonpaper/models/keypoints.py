@@ -186,7 +186,8 @@ def fs_sr(model: KeypointNet, originals: Any, edited: Any, *, top_k: int = 100, 
 
     Returns:
         Values in [0, 1]; 1 for identical images with distinct descriptors; LOWER = less identity kept = better
-        de-identification. A pair whose original has no keypoint scores 0.
+        de-identification. A pair whose original has no keypoint has no score: the fraction is 0 / 0, and a 0 would
+        read as perfect de-identification, so it is NaN (the mean skips it; NaN when no pair has a score).
     """
     if reduction not in ("mean", "none"):
         raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
@@ -201,10 +202,15 @@ def fs_sr(model: KeypointNet, originals: Any, edited: Any, *, top_k: int = 100, 
     scores = np.zeros(originals.shape[0], dtype=np.float64)
     for index in range(originals.shape[0]):
         points_first, features_first = detect(model, originals[index], top_k, nms_radius, threshold)
+        if len(points_first) == 0:
+            scores[index] = np.nan
+            continue
         points_second, features_second = detect(model, edited[index], top_k, nms_radius, threshold)
         scores[index] = keypoint_similarity(points_first, features_first, points_second, features_second,
                                             ratio=ratio)
-    return float(scores.mean()) if reduction == "mean" else scores
+    if reduction == "none":
+        return scores
+    return float(np.nanmean(scores)) if np.isfinite(scores).any() else float("nan")
 
 
 def detection_precision_recall(model: KeypointNet, images: Any, keypoints: Any, tolerance: float = 3.0,

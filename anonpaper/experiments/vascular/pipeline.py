@@ -769,7 +769,7 @@ def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Ten
     Returns:
         Dict: ``fd`` (edited vs real), ``unet_distance`` (:func:`unet_distance`, edited vs its original),
         ``fs_sift`` (mean over pairs whose original has a SIFT keypoint; ``fs_sift_missing`` counts the others),
-        ``fs_sr``, ``rroi`` (mean of finite ratios), ``rroi_median``, ``rroi_unbounded``, ``rroi_area`` (RROI over
+        ``fs_sr`` (likewise, ``fs_sr_missing``), ``rroi`` (mean of finite ratios), ``rroi_median``, ``rroi_unbounded``, ``rroi_area`` (RROI over
         the RROI of a change spread evenly over the image, ``sqrt(|M| / |1 - M|)``: 1 = the edit is no more on the
         vessels than anywhere else), ``ams``, ``dr_agreement`` (share of images whose predicted DR class the edit
         keeps), ``dr_qwk`` (quadratic-weighted kappa between the predictions on the originals and on the edits),
@@ -789,6 +789,7 @@ def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Ten
     row["fs_sift"], row["fs_sift_se"] = _mean_se(per_image["fs_sift"])
     row["fs_sift_missing"] = int(np.isnan(per_image["fs_sift"]).sum())
     row["fs_sr"], row["fs_sr_se"] = _mean_se(per_image["fs_sr"])
+    row["fs_sr_missing"] = int(np.isnan(per_image["fs_sr"]).sum())
     mask = (vessel_probability(instruments, originals) >= 0.5).float()
     ratios = rroi(mask, first, second, reduction="none")
     area = mask.flatten(1).sum(1).double().numpy()
