@@ -46,6 +46,17 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes, read in blocks (memory stays flat for large files)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def atomic_torch_save(obj: Any, path: Path) -> None:
     """``torch.save`` with the atomicity of :func:`atomic_write_bytes`."""
     import io

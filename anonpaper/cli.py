@@ -346,11 +346,8 @@ def _cmd_generators_train(args) -> int:
                        population_patients=args.population_patients, population_seed=args.population_seed,
                        eval_kimg=DEFAULT_EVAL_KIMG if args.eval_kimg is None else args.eval_kimg,
                        parameters=_options(args.param))
-    outcome = run_job(job, args.out, resume=args.resume, minutes=args.minutes, progress=not args.quiet,
-                      device=args.device, batch_gpu=args.batch_gpu)
-    print(f"{outcome.kind}: {outcome.kimg:g}/{outcome.target_kimg:g} kimg, {outcome.seconds_per_kimg:.1f} s/kimg over "
-          f"{outcome.train_seconds / 60:.1f} min of training; run folder {outcome.run_dir}"
-          + (f"; weights {outcome.weights}" if outcome.weights else ""))
+    run_job(job, args.out, resume=args.resume, minutes=args.minutes, progress=not args.quiet, device=args.device,
+            batch_gpu=args.batch_gpu)  # prints what it did (on rank 0 under torchrun)
     return 0
 
 

@@ -1,6 +1,8 @@
 """The shared generators: fundus StyleGAN3-T and StyleGAN2, chest X-ray StyleGAN2 (grayscale), trained on the
 phantom cohorts (the fundus ones on a real copy at ``DATA_ROOT`` when given), evaluated and cached, so the GAN
-chapters load them with :func:`load_generator`.
+chapters load them with :func:`load_generator`, or shipped weights only with :func:`load_shipped_generator`.
+``anonpaper generators train KIND`` (:mod:`.job`) trains one on a population the papers' size and exports it into
+``weights/``; ``anonpaper generate KIND`` (:mod:`.samples`) writes PNG samples from shipped weights.
 
 The chapter ``notebooks/02_generators.ipynb`` imports this face.
 """
@@ -13,11 +15,12 @@ from anonpaper.experiments.generators.figures import plot_projections, plot_samp
 from anonpaper.experiments.generators.labels import LabelClassifier, label_classifier
 from anonpaper.experiments.generators.pipeline import (DataCopyError, Outcome, TrainedGenerator, check_data, evaluate,
                                                        export_outcome, generate, generator_description, kind_cohort,
-                                                       load_generator, run, vessel_cohort)
-from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights
+                                                       load_generator, load_shipped_generator, run, vessel_cohort)
+from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights, read_weights
 
 __all__ = ["Config", "DataCopyError", "KINDS", "LabelClassifier", "Outcome", "TrainedGenerator", "WeightsRefused",
            "check_data", "evaluate", "evaluate_claims", "export_outcome", "export_weights", "generate",
            "generator_description", "generators_table", "kind_cohort", "label_classifier", "labels_summary",
-           "labels_table", "load_generator", "load_weights", "metrics_table", "plot_projections", "plot_samples",
-           "plot_training", "plot_truncation", "protocols_table", "run", "vessel_cohort"]
+           "labels_table", "load_generator", "load_shipped_generator", "load_weights", "metrics_table",
+           "plot_projections", "plot_samples", "plot_training", "plot_truncation", "protocols_table", "read_weights",
+           "run", "vessel_cohort"]

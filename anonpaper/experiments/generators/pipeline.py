@@ -6,7 +6,9 @@ written every ``checkpoint_kimg`` to ``$ANONPAPER_CACHE/stylegan-runs/<key>/``; 
 with the same config resumes from it (exactly, on CPU: :func:`anonpaper.train.gan.train_gan`). Shipped weights in
 ``weights/`` (:mod:`.weights`) are used instead of training when their config matches.
 
-The GAN chapters call :func:`load_generator(kind, config) <load_generator>`.
+The GAN chapters call :func:`load_generator(kind, config) <load_generator>`, or
+:func:`load_shipped_generator(kind, config) <load_shipped_generator>` for shipped weights only (None without them);
+``anonpaper generators train KIND`` (:mod:`.job`) trains a generator on a population the papers' size and ships it.
 
 Data. The fundus generators learn ``Config.dataset``: the phantom by default, or a real copy at ``DATA_ROOT``
 (:func:`kind_cohort`; :func:`check_data` reads it before any training, so a missing or broken copy stops the run
@@ -28,11 +30,11 @@ import torch
 from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
 from anonpaper.experiments.generators.config import KINDS, PHANTOM_FUNDUS, Config
-from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights
+from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights, weights_paths
 from anonpaper.metrics.distribution import frechet_distance, kernel_inception_distance, knn_precision_recall, swd
 from anonpaper.metrics.identity import vessel_bifurcations
 from anonpaper.metrics.quality import domain_lpips, psnr, ssim
-from anonpaper.models.stylegan import ResidualDiscriminator, StyleGenerator, project, to_unit_range
+from anonpaper.models.stylegan import ResidualDiscriminator, StyleGANConfig, StyleGenerator, project, to_unit_range
 from anonpaper.runtime import cache_dir, derive_seed, get_device
 from anonpaper.train.gan import GANTrainingConfig, train_gan
 from anonpaper.train.pretrained import cohort_description, trained_segmenter
@@ -52,10 +54,14 @@ class TrainedGenerator:
         generator: The EMA generator (eval mode, CPU).
         source: ``"weights"`` (shipped file), ``"cache"`` (trained earlier) or ``"trained"`` (in this call).
         kimg: Thousands of real images it was trained on.
-        history: Training history (losses per logged step, seconds), empty for shipped weights.
+        history: Training history (losses per logged step, seconds); for shipped weights their metric curve (one
+            row per evaluation: step, kimg, train_seconds, metrics), empty when they have none.
         seconds: Training seconds (of the run that produced it).
         resumed_from_kimg: kimg of the checkpoint training resumed from (0: a fresh run).
-        cache_key: Its key in the artifact cache.
+        cache_key: Its key in the artifact cache (shipped weights: the first 16 hex digits of their SHA-256).
+        weights_file: The shipped weights file it was loaded from ("" when not shipped).
+        provenance: The shipped weights' JSON record (config, kimg, data, commit, metric curve, SHA-256); empty
+            when not shipped.
     """
 
     kind: str
@@ -66,6 +72,8 @@ class TrainedGenerator:
     seconds: float
     resumed_from_kimg: float = 0.0
     cache_key: str = ""
+    weights_file: str = ""
+    provenance: dict = field(default_factory=dict)
 
     @property
     def seconds_per_kimg(self) -> float:
@@ -146,9 +154,12 @@ def check_data(config: Config, min_train: int = 8) -> dict[str, int]:
 def load_images(kind: str, config: Config, split: str | None = None) -> np.ndarray:
     """The cohort images generator ``kind`` learns, uint8 (N, H, W[, C]), of one split (None: train)."""
     cohort = kind_cohort(kind, config)
-    images = cohort.split(split or "train").load_images()
-    side = config.image_size_of(kind)
-    if side == config.cohort_size_of(kind):
+    return to_generator_size(cohort.split(split or "train").load_images(), config.image_size_of(kind))
+
+
+def to_generator_size(images: np.ndarray, side: int) -> np.ndarray:
+    """uint8 images (N, H, W[, C]) area-resized to ``side`` px (returned as given when they have that side)."""
+    if images.shape[1] == side and images.shape[2] == side:
         return images
     import cv2
 
@@ -208,24 +219,15 @@ def load_generator(kind: str, config: Config | None = None, *, train: bool = Tru
     if kind not in KINDS:
         raise ValueError(f"unknown generator kind {kind!r}; expected one of {sorted(KINDS)}")
     expected = config.stylegan_config(kind)
-    directory = _weights_directory(config)
-    if directory is not None:
-        try:
-            shipped = load_weights(directory, kind, expected)
-        except WeightsRefused as error:
-            if not config.train_if_weights_refused:
-                raise
-            print(f"refused shipped weights, training instead (TRAIN_IF_WEIGHTS_REFUSED): {error}")
-            shipped = None
-        if shipped is not None:
-            learned = (shipped[1].get("data") or {}).get("dataset", KINDS[kind][0])
-            if learned != config.dataset_name(kind):
-                print(f"shipped weights of {kind} learned {learned!r}, not {config.dataset_name(kind)!r}: not used")
-                shipped = None
-        if shipped is not None:
-            generator, record = shipped
-            return TrainedGenerator(kind, generator, "weights", float(record["kimg"]), pd.DataFrame(), 0.0,
-                                    cache_key=record["sha256"][:16])
+    try:
+        shipped = load_shipped_generator(kind, config)
+    except WeightsRefused as error:
+        if not config.train_if_weights_refused:
+            raise
+        print(f"refused shipped weights, training instead (TRAIN_IF_WEIGHTS_REFUSED): {error}")
+        shipped = None
+    if shipped is not None:
+        return shipped
     description = generator_description(kind, config)
     cache = ArtifactCache(CACHE_NAMESPACE)
     key = cache.key(description)
@@ -242,15 +244,77 @@ def load_generator(kind: str, config: Config | None = None, *, train: bool = Tru
                             artifact["seconds"], artifact["resumed_from_kimg"], key)
 
 
-def _train(kind: str, config: Config, description: dict, key: str, progress: bool) -> dict:
+def load_shipped_generator(kind: str, config_or_spec: Config | StyleGANConfig, *,
+                           weights_dir: str | Path | None = None,
+                           device: str | torch.device = "cpu") -> TrainedGenerator | None:
+    """The shipped generator ``kind`` when ``weights/`` holds one that verifies and matches; None without a file.
+
+    What a chapter calls before it trains (``TRAIN_GENERATORS``): the weights' SHA-256 is checked against their
+    JSON, and the JSON's kind and StyleGAN config (channels and resolution included) against what is asked for.
+
+    Args:
+        kind: A generator kind (:data:`~anonpaper.experiments.generators.config.KINDS`).
+        config_or_spec: The generators chapter's :class:`Config` (its StyleGAN config of ``kind``; its
+            ``WEIGHTS_DIR``, None meaning never use shipped weights; and its dataset, which the weights must have
+            learned), or a :class:`StyleGANConfig` (weights from ``weights_dir``, default the project's ``weights/``).
+        weights_dir: Folder of the weights (overrides the config's).
+        device: Device of the returned generator.
+
+    Returns:
+        A :class:`TrainedGenerator` with ``source == "weights"``, ``weights_file`` (the file, to name on the page)
+        and ``provenance`` (its JSON record, metric curve included), or None when there is no weights file for
+        ``kind`` (or the config's weights learned another dataset, which is printed).
+
+    Raises:
+        WeightsRefused: A corrupt, truncated or mismatched file (hash, kind, config, channels, resolution), naming
+            the file and what differs.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown generator kind {kind!r}; expected one of {sorted(KINDS)}")
+    if isinstance(config_or_spec, Config):
+        expected = config_or_spec.stylegan_config(kind)
+        directory = Path(weights_dir) if weights_dir is not None else _weights_directory(config_or_spec)
+    elif isinstance(config_or_spec, StyleGANConfig):
+        expected = config_or_spec
+        directory = Path(weights_dir) if weights_dir is not None else PROJECT_ROOT / "weights"
+    else:
+        raise TypeError(f"config_or_spec must be the generators chapter's Config or a StyleGANConfig, got "
+                        f"{type(config_or_spec).__name__}")
+    if directory is None:
+        return None
+    shipped = load_weights(directory, kind, expected, device)
+    if shipped is None:
+        return None
+    generator, record = shipped
+    if isinstance(config_or_spec, Config):
+        learned = (record.get("data") or {}).get("dataset", KINDS[kind][0])
+        if learned != config_or_spec.dataset_name(kind):
+            print(f"shipped weights of {kind} learned {learned!r}, not {config_or_spec.dataset_name(kind)!r}: "
+                  "not used")
+            return None
+    weights_file, _ = weights_paths(directory, kind)
+    curve = pd.DataFrame(record.get("curve") or [])
+    return TrainedGenerator(kind, generator, "weights", float(record["kimg"]), curve,
+                            float(record.get("training_seconds") or 0.0), cache_key=record["sha256"][:16],
+                            weights_file=str(weights_file), provenance=record)
+
+
+def build_networks(kind: str, config: Config) -> tuple[StyleGenerator, ResidualDiscriminator]:
+    """The untrained generator (fast ops) and discriminator of ``kind``, seeded from ``config.seed``: where every
+    training of that generator starts (the chapter's, and ``anonpaper generators train``)."""
     stylegan = config.stylegan_config(kind)
+    generator = StyleGenerator(stylegan, seed=derive_seed(config.seed, "G", kind), implementation="fast")
+    discriminator = ResidualDiscriminator(stylegan, seed=derive_seed(config.seed, "D", kind))
+    return generator, discriminator
+
+
+def _train(kind: str, config: Config, description: dict, key: str, progress: bool) -> dict:
     run_dir = cache_dir() / "stylegan-runs" / key
     images = load_images(kind, config)
     if images.ndim == 3:
         images = images[..., None]
     settings = training_config(kind, config, output_dir=str(run_dir), progress=progress)
-    generator = StyleGenerator(stylegan, seed=derive_seed(config.seed, "G", kind), implementation="fast")
-    discriminator = ResidualDiscriminator(stylegan, seed=derive_seed(config.seed, "D", kind))
+    generator, discriminator = build_networks(kind, config)
     kimg_per_step = config.batch_size / 1000
     tick = time.perf_counter()
     result = train_gan(generator, discriminator, images, settings, metrics_hook=_progress_hook(config, kind, tick),
@@ -325,10 +389,19 @@ def _as_float(images: np.ndarray) -> torch.Tensor:
 def generate(generator: StyleGenerator, count: int, seed: int, truncation_psi: float = 1.0,
              batch_size: int = 50) -> torch.Tensor:
     """``count`` images in [0, 1] (N, C, R, R) from seeded z."""
+    return torch.cat(list(generate_batches(generator, count, seed, truncation_psi, batch_size)))
+
+
+@torch.no_grad()
+def generate_batches(generator: StyleGenerator, count: int, seed: int, truncation_psi: float = 1.0,
+                     batch_size: int = 50):
+    """:func:`generate`'s images, ``batch_size`` at a time (memory stays flat for large ``count``): yields float
+    (B, C, R, R) in [0, 1]; image ``i`` comes from row ``i`` of the seeded z whatever the batch size."""
     z = torch.randn(count, generator.z_dim, generator=torch.Generator().manual_seed(seed))
-    parts = [generator(z[i:i + batch_size], truncation_psi=truncation_psi, noise_mode="const")
-             for i in range(0, count, batch_size)]
-    return to_unit_range(torch.cat(parts)).clamp(0, 1)
+    device = next(generator.parameters()).device
+    for start in range(0, count, batch_size):
+        images = generator(z[start:start + batch_size].to(device), truncation_psi=truncation_psi, noise_mode="const")
+        yield to_unit_range(images).clamp(0, 1).cpu()
 
 
 def to_cohort_size(images: torch.Tensor, config: Config, kind: str) -> torch.Tensor:
@@ -424,35 +497,54 @@ def _segmenter(dataset: str, config: Config, progress: bool):
     return model.model, {"mask": mask, "val_dice": dice, "check": check, "trained_on": cohort.name}
 
 
-def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: str,
-             labels=None) -> tuple[list[dict], dict]:
-    """Metric rows and sample arrays of one generator (see :class:`Outcome`); ``labels``, a
-    :class:`~anonpaper.experiments.generators.labels.LabelClassifier` of its cohort, adds the label rows."""
-    kind, generator = trained.kind, trained.generator
+def evaluation_reals(kind: str, config: Config) -> tuple[torch.Tensor, np.ndarray]:
+    """The real images generator ``kind`` is compared with: ``EVAL_IMAGES`` of its cohort's training images (a
+    seeded draw), float (N, C, R, R) in [0, 1] at the generator's side, and their sorted row indices."""
     real_all = _as_float(load_images(kind, config))
     count = min(config.eval_images, len(real_all))
-    pick = np.random.default_rng(derive_seed(config.seed, "eval", kind)).choice(len(real_all), count, replace=False)
-    real = real_all[np.sort(pick)]
-    seed = derive_seed(config.seed, "samples", kind)
-    fake = generate(generator, count, seed)
-    untrained = generate(StyleGenerator(config.stylegan_config(kind), seed=derive_seed(config.seed, "G", kind)),
-                         count, seed)
+    pick = np.sort(np.random.default_rng(derive_seed(config.seed, "eval", kind)).choice(len(real_all), count,
+                                                                                         replace=False))
+    return real_all[pick], pick
+
+
+def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: torch.Tensor, fake: torch.Tensor,
+                    labels=None, *, untrained: torch.Tensor | None = None, native: torch.Tensor | None = None,
+                    real_set: str = "real training images") -> list[dict]:
+    """Metric rows (``kind``, ``metric``, ``value``, ``protocol``) of generated against real images: the Frechet
+    distance, KID and k-NN precision / recall of the U-Net features, SWD, the vessel (lung) fraction of both sets,
+    the vessel-tree statistics (fundus) and, with ``labels``, the label rows
+    (:func:`~anonpaper.experiments.generators.labels.label_rows`).
+
+    Args:
+        kind: Generator kind.
+        config: The chapter's config (sizes, seed).
+        segmenter: The cohort-trained U-Net (features and masks).
+        mask_name: ``"vessel"`` or ``"lungs"``.
+        real: (N, C, R, R) real images in [0, 1] at the generator's side.
+        fake: (N, C, R, R) generated images in [0, 1].
+        labels: The cohort's :class:`~anonpaper.experiments.generators.labels.LabelClassifier`, or None.
+        untrained: Images of the untrained generator: adds the ``FD-.../untrained`` row.
+        native: The same real images at the cohort's side when it is larger: adds ``<mask>_fraction/real_native``.
+        real_set: What the real images are, in words (protocol texts).
+    """
+    count = len(real)
     extractor = f"FD-{mask_name}-unet"
     side, cohort_side = config.image_size_of(kind), config.cohort_size_of(kind)
-    at_cohort_size = {name: to_cohort_size(images, config, kind) for name, images in
-                      (("real", real), ("generated", fake), ("untrained", untrained))}
+    sets = (("real", real), ("generated", fake)) + ((("untrained", untrained),) if untrained is not None else ())
+    at_cohort_size = {name: to_cohort_size(images, config, kind) for name, images in sets}
     features = {name: unet_features(segmenter, images) for name, images in at_cohort_size.items()}
     rows = []
 
     def add(metric: str, value: float, protocol: str) -> None:
         rows.append({"kind": kind, "metric": metric, "value": float(value), "protocol": protocol})
 
-    pooled = f"{count} generated (psi 1) vs {count} real training images; features: pooled encoder taps of the " \
+    pooled = f"{len(fake)} generated (psi 1) vs {count} {real_set}; features: pooled encoder taps of the " \
              f"cohort-trained {mask_name} U-Net" + (f" (both sets at {side} px, upsampled to {cohort_side} px)"
                                                    if side < cohort_side else "")
     add(extractor, frechet_distance(features["real"], features["generated"]), pooled)
-    add(f"{extractor}/untrained", frechet_distance(features["real"], features["untrained"]),
-        pooled.replace("generated (psi 1)", "untrained-generator"))
+    if untrained is not None:
+        add(f"{extractor}/untrained", frechet_distance(features["real"], features["untrained"]),
+            pooled.replace("generated (psi 1)", "untrained-generator"))
     kid, kid_std = kernel_inception_distance(features["real"], features["generated"], subset_size=min(100, count),
                                              subsets=50, seed=config.seed)
     add(f"KID-{mask_name}-unet", kid, pooled + "; cubic-kernel MMD^2, 50 subsets")
@@ -470,16 +562,47 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
             for statistic, value in skeleton_statistics(mask).items():
                 add(f"{mask_name}_skeleton/{statistic}/{name}", value,
                     f"{mask_name} U-Net masks (threshold 0.5) skeletonised; {SKELETON_STATISTICS[statistic]}")
-    if side < cohort_side:  # what resampling to the generator's size costs the instrument
-        cohort = kind_cohort(kind, config)
-        native = _as_float(cohort.split("train").load_images())[np.sort(pick)]
+    if native is not None:  # what resampling to the generator's size costs the instrument
         add(f"{mask_name}_fraction/real_native", float((segment(segmenter, native) >= 0.5).mean()),
             f"{mask_name} U-Net on the same real images at the cohort's {cohort_side} px (not resampled)")
-
     if labels is not None:
         from anonpaper.experiments.generators.labels import label_rows
 
         rows.extend(label_rows(kind, config, labels, real, fake))
+    return rows
+
+
+def evaluation_instruments(kind: str, config: Config, progress: bool = True) -> tuple[tuple[Any, dict], Any]:
+    """The instruments that read generator ``kind``'s images, trained on its modality's cohort (or cached):
+    ``((U-Net, {"mask", "val_dice", "check", "trained_on"}), label classifier or None)``."""
+    from anonpaper.experiments.generators.labels import label_classifier
+
+    segmenter = _segmenter(KINDS[kind][0], config, progress)
+    classifier = label_classifier(kind, config, backbone=config.classifier_backbone, epochs=config.classifier_epochs,
+                                  device=config.device, progress=progress)
+    return segmenter, classifier
+
+
+def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: str,
+             labels=None) -> tuple[list[dict], dict]:
+    """Metric rows and sample arrays of one generator (see :class:`Outcome`); ``labels``, a
+    :class:`~anonpaper.experiments.generators.labels.LabelClassifier` of its cohort, adds the label rows."""
+    kind, generator = trained.kind, trained.generator
+    real, pick = evaluation_reals(kind, config)
+    count = len(real)
+    seed = derive_seed(config.seed, "samples", kind)
+    fake = generate(generator, count, seed)
+    untrained = generate(StyleGenerator(config.stylegan_config(kind), seed=derive_seed(config.seed, "G", kind)),
+                         count, seed)
+    native = None
+    if config.image_size_of(kind) < config.cohort_size_of(kind):
+        native = _as_float(kind_cohort(kind, config).split("train").load_images())[pick]
+    rows = comparison_rows(kind, config, segmenter, mask_name, real, fake, labels, untrained=untrained,
+                           native=native)
+
+    def add(metric: str, value: float, protocol: str) -> None:
+        rows.append({"kind": kind, "metric": metric, "value": float(value), "protocol": protocol})
+
     held_out = _as_float(load_images(kind, config, "test"))[: config.projector_images]
     samples = {"generated": fake[:16].numpy(), "real": real[:16].numpy(), "untrained": untrained[:8].numpy(),
                "truncation": np.stack([generate(generator, 6, seed, psi).numpy() for psi in TRUNCATIONS]),
@@ -510,16 +633,11 @@ def run(config: Config, kinds: tuple[str, ...] | None = None, progress: bool = T
     kinds = tuple(kinds or KINDS)
     check_data(config)  # a missing or broken copy stops here, before any training
     generators = {kind: load_generator(kind, config, progress=progress) for kind in kinds}
-    from anonpaper.experiments.generators.labels import label_classifier
-
     segmenters, classifiers, rows, samples = {}, {}, [], {}
     for kind in kinds:
         dataset = KINDS[kind][0]
         if dataset not in segmenters:
-            segmenters[dataset] = _segmenter(dataset, config, progress)
-            classifiers[dataset] = label_classifier(kind, config, backbone=config.classifier_backbone,
-                                                    epochs=config.classifier_epochs, device=config.device,
-                                                    progress=progress)
+            segmenters[dataset], classifiers[dataset] = evaluation_instruments(kind, config, progress)
         model, info = segmenters[dataset]
         kind_rows, samples[kind] = evaluate(generators[kind], config, model, info["mask"], classifiers[dataset])
         rows.extend(kind_rows)

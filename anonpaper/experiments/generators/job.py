@@ -1,0 +1,519 @@
+"""Training a shared generator as a job of its own (``anonpaper generators train KIND``), apart from the chapters
+that read it.
+
+A job trains generator ``kind`` (:data:`~anonpaper.experiments.generators.config.KINDS`) with the generators
+chapter's recipe (:func:`~anonpaper.experiments.generators.pipeline.training_config`, networks from
+:func:`~anonpaper.experiments.generators.pipeline.build_networks`) on a phantom population the papers' size
+(:mod:`anonpaper.data.population`), for as long as it needs:
+
+* **Chunks.** Training runs in chunks of ``CHECKPOINT_KIMG`` (shortened to fit ``--minutes``), each a call of
+  :func:`anonpaper.train.gan.train_gan` that resumes from the run's checkpoint and writes it again at its end
+  (atomically). The trainer resumes bit for bit, so the weights do not depend on where the chunks fall: a job
+  stopped by ``--minutes``, interrupted, or continued days later from a committed checkpoint ends with the same
+  weights as one uninterrupted run, and two runs of the same command from scratch give the same file
+  (per processor and thread count).
+* **Evaluation** every ``EVAL_KIMG`` (and at 0 kimg) with the chapter's own instruments
+  (:func:`~anonpaper.experiments.generators.pipeline.evaluation_instruments`,
+  :func:`~anonpaper.experiments.generators.pipeline.comparison_rows`): Frechet distance, KID and k-NN precision /
+  recall of the cohort-trained U-Net's features, SWD, the vessel (lung) fraction, the vessel-tree statistics and
+  the label distance, against real images of the chapter's cohort, whose patients are not in the population. Each
+  point goes into the run's curve; the trainer writes a sample grid at each point.
+* **Export** when the target kimg is reached: the EMA generator in float16 with its JSON (StyleGAN config,
+  recipe, kimg, seed, population, commit, the curve, training seconds and the command that trains it again) into
+  ``weights/`` (:func:`~anonpaper.experiments.generators.weights.export_weights`), which the chapters load with
+  :func:`~anonpaper.experiments.generators.pipeline.load_shipped_generator`.
+
+The run folder ``<out>/<kind>.run/`` holds ``checkpoint.pt`` (the trainer's), ``run.json`` (what is trained, the
+curve and the training seconds so far) and ``samples/``; commit it beside unfinished weights to continue later.
+
+Under ``torchrun`` every process runs the job; the trainer splits each batch, rank 0 evaluates and writes, and
+the chunk boundaries are rank 0's (so a time limit cannot make the processes disagree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from anonpaper.cache import atomic_write_bytes
+from anonpaper.data.population import Population, PopulationSpec, load_population
+from anonpaper.experiments.generators.config import KINDS, Config
+from anonpaper.experiments.generators.pipeline import (PROJECT_ROOT, build_networks, comparison_rows,
+                                                       evaluation_instruments, evaluation_reals, generate,
+                                                       to_generator_size, training_config)
+from anonpaper.experiments.generators.weights import export_weights
+from anonpaper.models.stylegan import StyleGenerator
+from anonpaper.runtime import derive_seed
+from anonpaper.train.checkpoint import load_checkpoint
+from anonpaper.train.distributed import broadcast_object, init_distributed, is_main_process
+from anonpaper.train.gan import train_gan
+from anonpaper.train.loop import as_image_tensor
+
+RUN_FORMAT = "anonpaper.generator-run/1"
+DEFAULT_EVAL_KIMG = 4.0
+# Recipe fields that say how a run is driven, not what it learns: the job sets them per chunk, and the images per
+# pass (``batch_gpu``, a memory knob) change only the rounding of the sums.
+DRIVING_FIELDS = ("total_steps", "output_dir", "progress", "checkpoint_every", "sample_every", "metrics_every",
+                  "log_every", "sample_count", "batch_gpu")
+# Chapter parameters that only shape the evaluation curve (a resumed run must keep them: one curve, one protocol).
+EVALUATION_FIELDS = ("eval_images", "segmenter_epochs", "classifier_backbone", "classifier_epochs", "retina_patients",
+                     "cxr_patients", "vessel_data_root")
+REAL_SET = "real images of the chapter's cohort (patients outside the training population)"
+
+_clock = time.perf_counter  # replaced in tests to simulate a time limit
+
+
+class RunMismatch(ValueError):
+    """A run folder that holds another job than the one asked for (the message names the folder and what
+    differs)."""
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """What ``anonpaper generators train`` trains.
+
+    Attributes:
+        kind: Generator kind (``"fundus-sg3t"``, ``"fundus-sg2"``, ``"cxr-sg2"``).
+        config: The generators chapter's :class:`Config`: the kind's StyleGAN config, kimg and image size, batch,
+            augmentation, seed, checkpoint interval (``CHECKPOINT_KIMG``) and the evaluation's instruments and
+            sizes. Its fundus dataset must be the phantom.
+        population_patients: Patients of the training population (None:
+            :data:`anonpaper.data.population.DEFAULT_PATIENTS`).
+        population_seed: The population's own seed.
+        eval_kimg: Thousands of images between evaluations (0: no evaluation).
+    """
+
+    kind: str
+    config: Config = field(default_factory=Config)
+    population_patients: int | None = None
+    population_seed: int = 0
+    eval_kimg: float = DEFAULT_EVAL_KIMG
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown generator kind {self.kind!r}; expected one of {sorted(KINDS)}")
+        if self.config.dataset_name(self.kind) != KINDS[self.kind][0]:
+            raise ValueError(f"a training job learns a phantom population; DATASET {self.config.dataset!r} is a real "
+                             "copy, which the generators chapter trains on itself (DATA_ROOT)")
+        if not (isinstance(self.eval_kimg, (int, float)) and self.eval_kimg >= 0):
+            raise ValueError(f"eval_kimg must be a number >= 0, got {self.eval_kimg!r}")
+        self.population  # validates the population's patients and seed
+
+    @property
+    def population(self) -> PopulationSpec:
+        """The training population: the kind's phantom at the cohort side of its generator (>= 64 px)."""
+        return PopulationSpec(KINDS[self.kind][0], image_size=self.config.cohort_size_of(self.kind),
+                              n_patients=self.population_patients, seed=self.population_seed)
+
+    @property
+    def kimg(self) -> float:
+        return self.config.kimg(self.kind)
+
+    @property
+    def steps(self) -> int:
+        """Training steps to the target kimg (global batches)."""
+        return self.config.total_steps(self.kind)
+
+    def steps_of(self, kimg: float) -> int:
+        """Steps in ``kimg`` thousand images (at least one)."""
+        return max(1, int(round(kimg * 1000 / self.config.batch_size)))
+
+    def kimg_of(self, steps: int) -> float:
+        return steps * self.config.batch_size / 1000
+
+    def recipe(self) -> dict[str, Any]:
+        """The trainer's settings that determine the weights (no step count, folders or intervals)."""
+        recipe = dataclasses.asdict(training_config(self.kind, self.config, output_dir=None, progress=False))
+        return {name: value for name, value in recipe.items() if name not in DRIVING_FIELDS}
+
+    def identity(self, population_key: str) -> dict[str, Any]:
+        """What the trained weights are a function of, besides the kimg: a resumed run must match it."""
+        return {"format": RUN_FORMAT, "kind": self.kind,
+                "stylegan_config": self.config.stylegan_config(self.kind).to_dict(), "training": self.recipe(),
+                "network_seed": self.config.seed, "population": {**self.population.description(),
+                                                                  "key": population_key}}
+
+    def evaluation(self) -> dict[str, Any]:
+        """The evaluation's settings (a resumed run keeps them, so the curve has one protocol)."""
+        return {name: getattr(self.config, name) for name in EVALUATION_FIELDS}
+
+    def command(self) -> str:
+        """The command that trains these weights again."""
+        config = self.config
+        parts = [f"anonpaper generators train {self.kind}", f"--kimg {self.kimg:g}",
+                 f"--resolution {config.image_size_of(self.kind)}",
+                 f"--stylegan-config {getattr(config, KINDS[self.kind][1])}", f"--seed {config.seed}",
+                 f"--batch {config.batch_size}", f"--population-patients {self.population.n_patients}",
+                 f"--population-seed {self.population_seed}", f"--eval-kimg {self.eval_kimg:g}",
+                 f"--checkpoint-kimg {config.checkpoint_kimg:g}"]
+        defaults = Config()
+        for name in ("augment", *EVALUATION_FIELDS):
+            if getattr(config, name) != getattr(defaults, name):
+                parts.append(f"-p {name.upper()} {getattr(config, name)!r}")
+        return " ".join(parts)
+
+
+def training_job(kind: str, *, kimg: float | None = None, resolution: int | None = None,
+                 stylegan_config: str | None = None, seed: int | None = None, batch_size: int | None = None,
+                 checkpoint_kimg: float | None = None, population_patients: int | None = None,
+                 population_seed: int = 0, eval_kimg: float = DEFAULT_EVAL_KIMG,
+                 parameters: dict[str, Any] | None = None) -> TrainingJob:
+    """A :class:`TrainingJob` from the command line's options: the chapter's defaults (``quick``), with
+    ``parameters`` (chapter parameter names, e.g. ``{"EVAL_IMAGES": 100}``) and the named options on top.
+
+    Raises:
+        ValueError: An unknown kind or parameter, an option given twice (named and in ``parameters``), or an
+            invalid value (the chapter config's message names it).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown generator kind {kind!r}; expected one of {sorted(KINDS)}")
+    _, config_field, kimg_field, _ = KINDS[kind]
+    size_field = "image_size" if KINDS[kind][0] == "phantom-retina" else "cxr_image_size"
+    known = {item.name for item in dataclasses.fields(Config)}
+    values: dict[str, Any] = {}
+    for name, value in (parameters or {}).items():
+        field_name = name.lower()
+        if field_name not in known:
+            raise ValueError(f"unknown generators chapter parameter {name!r}; known: "
+                             f"{', '.join(sorted(item.upper() for item in known))}")
+        values[field_name] = value
+    named = {kimg_field: kimg, size_field: resolution, config_field: stylegan_config, "seed": seed,
+             "batch_size": batch_size, "checkpoint_kimg": checkpoint_kimg}
+    for name, value in named.items():
+        if value is None:
+            continue
+        if name in values:
+            raise ValueError(f"{name.upper()} is given twice (as an option and as a parameter)")
+        values[name] = value
+    return TrainingJob(kind, Config(**values), population_patients, population_seed, eval_kimg)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------------------------
+
+class PopulationImages(torch.utils.data.Dataset):
+    """A population's memory-mapped images as the trainer's dataset: item ``i`` is float (C, R, R) in [0, 1] at the
+    generator's side (read one at a time, so a 256 px population is never copied whole into float32)."""
+
+    def __init__(self, images: np.ndarray, side: int):
+        self.images = images if images.shape[1] == side else to_generator_size(np.asarray(images), side)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return as_image_tensor(np.asarray(self.images[index:index + 1]))[0]
+
+
+@dataclass
+class JobOutcome:
+    """What :func:`run_job` did.
+
+    Attributes:
+        kind: Generator kind.
+        kimg: Thousands of images trained so far (the checkpoint's).
+        target_kimg: The job's target.
+        finished: Whether the target was reached (then ``weights`` is the exported file).
+        weights: The exported ``.pt`` file, or None.
+        run_dir: The run folder (checkpoint, run.json, samples).
+        curve: One row per evaluation (kimg, train_seconds, metrics).
+        train_seconds: Training wall seconds over every session of the run.
+        stopped_by_time: Whether ``minutes`` ended this session before the target.
+        population: The training population.
+    """
+
+    kind: str
+    kimg: float
+    target_kimg: float
+    finished: bool
+    weights: Path | None
+    run_dir: Path
+    curve: pd.DataFrame
+    train_seconds: float
+    stopped_by_time: bool
+    population: Population
+
+    @property
+    def seconds_per_kimg(self) -> float:
+        return self.train_seconds / self.kimg if self.kimg else float("nan")
+
+
+def run_directory(out_dir: str | Path | None, kind: str) -> Path:
+    """The run folder of ``kind`` under ``out_dir`` (default: the project's ``weights/``)."""
+    return Path(out_dir if out_dir is not None else PROJECT_ROOT / "weights") / f"{kind}.run"
+
+
+def _differences(expected: Any, found: Any, prefix: str = "") -> list[str]:
+    """Leaf paths where two JSON-like values differ (``a.b: expected X, run has Y``)."""
+    if isinstance(expected, dict) and isinstance(found, dict):
+        return [difference for name in sorted(set(expected) | set(found))
+                for difference in _differences(expected.get(name), found.get(name), f"{prefix}{name}.")]
+    if expected != found:
+        return [f"{prefix.rstrip('.')}: asked {expected!r}, run has {found!r}"]
+    return []
+
+
+def _read_run(run_dir: Path) -> dict | None:
+    path = run_dir / "run.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise RunMismatch(f"{path}: unreadable ({error}); delete {run_dir} to start again") from error
+
+
+def _checkpoint_step(run_dir: Path) -> int:
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    return int(state["step"]) if state is not None else 0
+
+
+def _jsonable(value: Any) -> Any:
+    """Round-trip through JSON (tuples become lists), so a fresh identity compares equal to a stored one."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool = False,
+            minutes: float | None = None, progress: bool = True, device: str | None = None,
+            batch_gpu: int | None = None, log: Callable[[str], None] = print) -> JobOutcome:
+    """Train ``job`` in chunks with checkpoints and evaluations; export its weights when the target kimg is reached.
+
+    Args:
+        job: The :class:`TrainingJob`.
+        out_dir: Where the weights go (default: the project's ``weights/``); the run folder is
+            ``<out_dir>/<kind>.run``.
+        resume: Continue the run in the run folder (its checkpoint, its curve). Without it an existing run folder is
+            refused, so a run is never overwritten by accident.
+        minutes: Stop after about this many minutes of this session, rendering and evaluations included (at a
+            checkpoint; ``resume`` continues); None: no limit.
+        progress: Show progress (kimg, s/kimg, ETA) and a line per evaluation.
+        device: Training device (None: the config's, else torchrun's or the best available).
+        batch_gpu: Images per forward/backward pass of one process (None: its whole share of the batch), to fit
+            a large batch in GPU memory; the weights differ from a run without it only by rounding.
+        log: Where lines go (rank 0 only).
+
+    Returns:
+        :class:`JobOutcome`.
+
+    Raises:
+        RunMismatch: The run folder holds another job (the message lists what differs), or exists without
+            ``resume``, or its checkpoint is past the target kimg.
+    """
+    if minutes is not None and not minutes > 0:
+        raise ValueError(f"minutes must be > 0 (or None for no limit), got {minutes!r}")
+    start = _clock()
+    _, _, default_device = init_distributed()
+    main = is_main_process()
+    say = log if main else (lambda _: None)
+    device = device or job.config.device or default_device
+    kind, config = job.kind, job.config
+    run_dir = run_directory(out_dir, kind)
+    population = load_population(job.population, progress=progress and main)
+    identity = _jsonable(job.identity(population.key))
+    evaluation = _jsonable(job.evaluation())
+    record = _read_run(run_dir)
+    if record is not None and not resume:
+        raise RunMismatch(f"{run_dir} holds a run of {kind} already; pass --resume to continue it, or another --out "
+                          f"(or delete the folder) to start again")
+    if record is None and (run_dir / "checkpoint.pt").exists():
+        raise RunMismatch(f"{run_dir} has a checkpoint but no run.json: not a run of this job; delete it or use "
+                          "another --out")
+    if record is not None:
+        differences = _differences(identity, record.get("identity")) + _differences(evaluation,
+                                                                                    record.get("evaluation"))
+        if differences:
+            raise RunMismatch(f"{run_dir / 'run.json'} is another run than the one asked for: "
+                              + "; ".join(differences[:8]) + ("; ..." if len(differences) > 8 else ""))
+    elif resume:
+        say(f"{run_dir}: no run to resume; starting one")
+    step = _checkpoint_step(run_dir)
+    total = job.steps
+    if step > total:
+        raise RunMismatch(f"{run_dir / 'checkpoint.pt'} is at {job.kimg_of(step):g} kimg, past the target "
+                          f"{job.kimg:g} kimg; ask for at least that many kimg")
+    record = record or {"format": RUN_FORMAT, "identity": identity, "evaluation": evaluation, "curve": [],
+                        "protocols": {}, "train_seconds": 0.0, "command": job.command()}
+    record["curve"] = [point for point in record["curve"] if point["step"] <= step]  # an older checkpoint put back
+    record.update(target_kimg=job.kimg, command=job.command())
+
+    side = config.image_size_of(kind)
+    dataset = PopulationImages(population.images, side)
+    generator, discriminator = build_networks(kind, config)
+    eval_steps = job.steps_of(job.eval_kimg) if job.eval_kimg else 0
+    settings = dataclasses.replace(training_config(kind, config, output_dir=str(run_dir), progress=False),
+                                   checkpoint_every=0, metrics_every=0, sample_every=eval_steps,
+                                   batch_gpu=batch_gpu)
+    checkpoint_steps = job.steps_of(config.checkpoint_kimg)
+    instruments = None
+
+    def save_record() -> None:
+        if main:
+            atomic_write_bytes(run_dir / "run.json", (json.dumps(record, indent=1, default=str) + "\n").encode())
+
+    def evaluate_at(at_step: int, network: torch.nn.Module) -> None:
+        nonlocal instruments
+        if instruments is None:
+            say(f"{kind}: evaluation instruments (cohort-trained U-Net and label classifier; cached after the first "
+                "run)")
+            instruments = (*evaluation_instruments(kind, config, progress), evaluation_reals(kind, config)[0])
+        point, protocols = curve_point(job, network, instruments, at_step, record["train_seconds"])
+        record["curve"].append(point)
+        record["protocols"].update(protocols)
+        say(describe_point(kind, point))
+
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_record()
+        if eval_steps and step == 0 and not record["curve"]:
+            untrained, _ = build_networks(kind, config)
+            evaluate_at(0, untrained)
+            save_record()
+    bar = None
+    if progress and main:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=round(job.kimg, 3), initial=round(job.kimg_of(step), 3), unit="kimg",
+                   desc=f"train {kind}", bar_format="{l_bar}{bar}| {n:.4g}/{total:g} kimg [{elapsed}{postfix}]")
+    seconds_per_step = None
+    stopped_by_time = False
+    while step < total:
+        end = min(total, (step // checkpoint_steps + 1) * checkpoint_steps)
+        if eval_steps:
+            end = min(end, (step // eval_steps + 1) * eval_steps)
+        if minutes is not None:
+            left = start + minutes * 60 - _clock()
+            if left <= 0:
+                end = step
+            elif seconds_per_step:
+                end = min(end, step + max(1, int(left / seconds_per_step)))
+        end = broadcast_object(end)  # rank 0 decides (and every process waits for its writes)
+        if end <= step:
+            stopped_by_time = True
+            break
+        tick = _clock()
+        result = train_gan(generator, discriminator, dataset, dataclasses.replace(settings, total_steps=end),
+                           device=device, resume=True)
+        elapsed = _clock() - tick
+        seconds_per_step = elapsed / (end - step)
+        step = int(result.step)
+        record["train_seconds"] += elapsed
+        if main:
+            if eval_steps and (step % eval_steps == 0 or step == total):
+                evaluate_at(step, result.generator_ema)
+            save_record()
+        if bar is not None:
+            rate = seconds_per_step * 1000 / config.batch_size
+            bar.n = round(job.kimg_of(step), 3)
+            bar.set_postfix_str(f"{rate:.1f} s/kimg, ETA {_duration(rate * (job.kimg - job.kimg_of(step)))}")
+    if bar is not None:
+        bar.close()
+    weights = None
+    if step >= total and main:
+        if eval_steps and (not record["curve"] or record["curve"][-1]["step"] != step):
+            evaluate_at(step, ema_generator(job, run_dir)[0])  # the last session ended before its evaluation
+            save_record()
+        weights = export_run(job, run_dir, record, population)
+        say(f"{kind}: {job.kimg_of(step):g} kimg, exported {weights} (and {weights.with_suffix('.json').name})")
+    elif stopped_by_time:
+        say(f"{kind}: stopped at {job.kimg_of(step):g}/{job.kimg:g} kimg after {minutes:g} minutes; "
+            f"the checkpoint is in {run_dir}, continue with --resume")
+    outcome = JobOutcome(kind, job.kimg_of(step), job.kimg, step >= total, weights, run_dir,
+                         pd.DataFrame(record["curve"]), record["train_seconds"], stopped_by_time, population)
+    say(f"{kind}: {outcome.kimg:g}/{job.kimg:g} kimg, {outcome.seconds_per_kimg:.1f} s/kimg over "
+        f"{outcome.train_seconds / 60:.1f} min of training; run folder {run_dir}"
+        + (f"; weights {weights}" if weights else ""))
+    return outcome
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, float(seconds))
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def curve_point(job: TrainingJob, generator: torch.nn.Module, instruments: tuple, step: int,
+                train_seconds: float) -> tuple[dict[str, Any], dict[str, str]]:
+    """One evaluation of ``generator`` at ``step``: ``({"step", "kimg", "train_seconds", metric: value, ...},
+    {metric: protocol})`` from :func:`~anonpaper.experiments.generators.pipeline.comparison_rows` (psi 1, the
+    chapter's seeded z, so successive points see the same latents)."""
+    (segmenter, info), classifier, real = instruments
+    kind, config = job.kind, job.config
+    network = generator.eval()
+    fake = generate(network, len(real), derive_seed(config.seed, "samples", kind))
+    rows = comparison_rows(kind, config, segmenter, info["mask"], real, fake, classifier, real_set=REAL_SET)
+    point = {"step": int(step), "kimg": job.kimg_of(step), "train_seconds": round(float(train_seconds), 3)}
+    point.update({row["metric"]: (None if math.isnan(row["value"]) else row["value"]) for row in rows})
+    point["segmenter_check"] = info["check"]
+    return point, {row["metric"]: row["protocol"] for row in rows}
+
+
+CURVE_SUMMARY = ("FD-{mask}-unet", "precision", "recall", "{mask}_fraction/generated",
+                 "vessel_skeleton/length_per_piece/generated", "labels/distance")
+
+
+def describe_point(kind: str, point: dict[str, Any]) -> str:
+    """One line of a curve point's headline numbers."""
+    mask = "vessel" if KINDS[kind][0] == "phantom-retina" else "lungs"
+    parts = []
+    for template in CURVE_SUMMARY:
+        name = template.format(mask=mask)
+        if point.get(name) is not None:
+            parts.append(f"{name.replace('/generated', '')} {point[name]:.3g}")
+    return f"{kind} at {point['kimg']:g} kimg: " + ", ".join(parts)
+
+
+def ema_generator(job: TrainingJob, run_dir: Path) -> tuple[StyleGenerator, int]:
+    """The EMA generator of the run's checkpoint (eval mode, CPU) and the checkpoint's step."""
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    if state is None:
+        raise RunMismatch(f"{run_dir} has no checkpoint.pt")
+    generator = StyleGenerator(job.config.stylegan_config(job.kind), seed=0)
+    generator.load_state_dict(state["generator_ema"])
+    return generator.eval(), int(state["step"])
+
+
+def export_run(job: TrainingJob, run_dir: Path, record: dict, population: Population) -> Path:
+    """Export the run's EMA generator (from its checkpoint) beside the run folder, as ``<kind>.pt`` + ``.json`` with
+    the provenance (``record``: the run's ``run.json``)."""
+    generator, step = ema_generator(job, run_dir)
+    kimg = job.kimg_of(step)
+    curve = record["curve"]
+    last = {name: value for name, value in (curve[-1].items() if curve else ())
+            if isinstance(value, (int, float)) and name not in ("step",)}
+    directory = run_dir.parent
+    seconds = float(record["train_seconds"])
+    provenance = {
+        "training": {**record["identity"]["training"], "stylegan_config_name": getattr(job.config,
+                                                                                       KINDS[job.kind][1])},
+        "population": record["identity"]["population"], "curve": curve, "protocols": record["protocols"],
+        "evaluation": record["evaluation"], "training_seconds": round(seconds, 3),
+        "s_per_kimg": round(seconds / kimg, 3) if kimg else None, "command": job.command(),
+        "chapter_parameters": job.config.parameters()}
+    return export_weights(generator, directory, kind=job.kind, kimg=kimg, seed=job.config.seed, metrics=last,
+                          data=population.provenance(), provenance=provenance)
+
+
+def population_for(kind: str, *, resolution: int | None = None, patients: int | None = None, seed: int = 0,
+                   progress: bool = True) -> Population:
+    """The training population of generator ``kind`` (rendered now when not cached): what ``anonpaper generators
+    population KIND`` prepares ahead of training."""
+    job = training_job(kind, resolution=resolution, population_patients=patients, population_seed=seed)
+    return load_population(job.population, progress=progress)
+
+
+__all__ = ["DEFAULT_EVAL_KIMG", "JobOutcome", "PopulationImages", "RunMismatch", "TrainingJob", "curve_point",
+           "describe_point", "ema_generator", "export_run", "population_for", "run_directory", "run_job",
+           "training_job"]
