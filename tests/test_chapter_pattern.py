@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from anonpaper.experiments.chapter import ChapterConfig, parameter
-from anonpaper.experiments.claims import DECISION_Z, decide, instrument_failed
+from anonpaper.experiments.claims import DECISION_Z, Instrument, decide
 from anonpaper.runner.parameter_cells import notebook_parameters_source
 from anonpaper.runner.studies import load_registry
 
@@ -59,17 +59,19 @@ def test_config_round_trip_and_validation():
 
 
 def test_claim_vocabulary_and_the_one_small_test_set_rule():
-    held = decide("a", "A", paper=1, ours=2, holds=True, reason="2 > 1", n=50, min_n=40)
-    failed = decide("a", "A", paper=1, ours=0, holds=False, reason="0 < 1", n=50, min_n=40)
-    small = decide("a", "A", paper=1, ours=2, holds=True, reason="2 > 1", n=10, min_n=40)
-    noisy = decide("a", "A", paper=1, ours=2, holds=None, reason="difference within 2 SE")
+    rule = {"rule": "directional", "se": 0.1}
+    held = decide("a", "A", paper=1, ours=2, effect=1.0, n=50, min_n=40, **rule)
+    failed = decide("a", "A", paper=1, ours=0, effect=-1.0, n=50, min_n=40, **rule)
+    small = decide("a", "A", paper=1, ours=2, effect=1.0, n=10, min_n=40, **rule)
+    noisy = decide("a", "A", paper=1, ours=2, effect=0.1, **rule)
     assert [c.verdict for c in (held, failed, small, noisy)] == ["holds", "does not hold", "undecided", "undecided"]
     assert [c.holds for c in (held, failed, small, noisy)] == [True, False, None, None]
     assert small.reason.startswith("too few test images (10 < 40)")
-    broken = instrument_failed(held, "vessel segmenter", "test Dice 0.2 < 0.5")
-    assert broken.verdict == "undecided" and "vessel segmenter failed its check" in broken.reason
-    with pytest.raises(ValueError, match="needs a reason"):
-        decide("a", "A", paper=1, ours=2, holds=None)
+    broken = decide("a", "A", paper=1, ours=2, effect=1.0, instruments=[Instrument("vessel segmenter test Dice",
+                                                                                   0.2, 0.5)], **rule)
+    assert broken.verdict == "undecided" and "vessel segmenter test Dice 0.2 < floor 0.5" in broken.reason
+    with pytest.raises(TypeError):
+        decide("a", "A", paper=1, ours=2, holds=True)  # a verdict is never typed in
     with pytest.raises(ValueError, match="kind"):
-        decide("a", "A", paper=1, ours=2, holds=True, kind="other")
+        decide("a", "A", paper=1, ours=2, effect=1.0, kind="other", **rule)
     assert DECISION_Z == 2.0

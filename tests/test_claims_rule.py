@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from anonpaper.experiments.claims import (DECISION_Z, FAILS, HOLDS, UNDECIDED, Instrument, check_record, decide,
+from anonpaper.experiments.claims import (DECISION_Z, FAILS, HOLDS, UNDECIDED, Claim, Instrument, check_record, decide,
                                           varies, verdict_from_fields)
 from anonpaper.metrics.statistics import rule_verdict, sequence_drop
 
@@ -114,7 +114,7 @@ def test_reason_reflects_the_verdict_and_the_record_checks_out(rule, effect, se,
 def test_check_record_finds_tampered_and_hand_decided_claims():
     good = decide("good", "s", paper="p", ours=1, rule="directional", effect=0.3, se=0.1).as_dict()
     flipped = {**good, "id": "flipped", "verdict": UNDECIDED}
-    by_hand = decide("by-hand", "s", paper="p", ours=1, holds=True, reason="looks better").as_dict()
+    by_hand = Claim("by-hand", "s", "p", 1, HOLDS, "looks better").as_dict()  # a record from before the rule
     weak = Instrument("attacker", 0.2, 0.5).as_dict()
     lying_instrument = {**good, "id": "lying", "instruments": [{**weak, "passed": True}]}
     no_floor = {**good, "id": "no-floor", "instruments": [{"name": "segmenter", "value": 0.9, "floor": None,

@@ -12,7 +12,7 @@ from anonpaper.data.cohort import Cohort
 from anonpaper.data.arrays import SPLITS, load_arrays, split_summary
 from anonpaper.experiments.claims import check_record
 from anonpaper.experiments import snow_vs_snow as svs
-from anonpaper.metrics import accuracy, patient_bootstrap_se, saliency_vessel_enrichment, sequence_falls
+from anonpaper.metrics import accuracy, patient_bootstrap_se, saliency_vessel_enrichment
 
 pytestmark = pytest.mark.unit
 SIZE = 32
@@ -199,11 +199,7 @@ def test_matched_privacy_gain_closed_form():
     assert np.isnan(svs.matched_privacy_gain(_scores(no_overlap))["gain"])
 
 
-def test_falls_with_p_and_vessel_share():
-    assert sequence_falls([0.8, 0.7, 0.6], [0.01] * 3) is True
-    assert sequence_falls([0.8, 0.79, 0.795], [0.01] * 3) is None  # a drop within the noise: undecided
-    assert sequence_falls([0.8, 0.5, 0.7, 0.6], [0.01] * 4) is False  # a large rise on the way
-    assert sequence_falls([0.6, 0.65, 0.7], [0.01] * 3) is False  # rises overall
+def test_vessel_share():
     scores = _scores(EXAMPLE)
     assert svs.vessel_share_of_drop(scores, "sex", 0.5) == pytest.approx(1.0)
     assert svs.vessel_share_of_drop(scores, "dr", 0.5) == pytest.approx(0.5)

@@ -7,6 +7,6 @@ one does not import all.
 """
 
 from anonpaper.experiments.chapter import ChapterConfig, parameter
-from anonpaper.experiments.claims import DECISION_Z, Claim, decide, instrument_failed
+from anonpaper.experiments.claims import DECISION_Z, Claim, Instrument, decide, varies
 
-__all__ = ["ChapterConfig", "Claim", "DECISION_Z", "decide", "instrument_failed", "parameter"]
+__all__ = ["ChapterConfig", "Claim", "DECISION_Z", "Instrument", "decide", "parameter", "varies"]

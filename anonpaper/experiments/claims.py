@@ -223,11 +223,10 @@ def verdict_from_fields(rule: str, effect: Any, se: Any, z: float, margin: float
     return UNDECIDED if holds is None else (HOLDS if holds else FAILS)
 
 
-def decide(id: str, statement: str, *, paper: Any, ours: Any, rule: str = "", effect: float = float("nan"),
-           se: float = float("nan"), margin: float | None = None, quantity: str = "",
-           instruments: Iterable[Instrument] = (), n: int | None = None, min_n: int | None = None,
-           kind: str = "paper", by_design: str = "", note: str = "", z: float = DECISION_Z,
-           holds: bool | None | str = "no rule", reason: str = "") -> Claim:
+def decide(id: str, statement: str, *, paper: Any, ours: Any, rule: str, effect: float, se: float,
+           margin: float | None = None, quantity: str = "", instruments: Iterable[Instrument] = (),
+           n: int | None = None, min_n: int | None = None, kind: str = "paper", by_design: str = "",
+           note: str = "", z: float = DECISION_Z) -> Claim:
     """Decide a claim by the one rule and build its :class:`Claim`, with a reason generated from the fields.
 
     Args:
@@ -247,8 +246,6 @@ def decide(id: str, statement: str, *, paper: Any, ours: Any, rule: str = "", ef
     Raises:
         ValueError: On an unknown rule or kind, or a retention / equivalence claim without a positive margin.
     """
-    if not rule:
-        return _decide_without_rule(id, statement, paper, ours, holds, reason, n, min_n, kind, by_design)
     instruments = tuple(instrument.as_dict() if isinstance(instrument, Instrument) else dict(instrument)
                         for instrument in instruments)
     verdict = verdict_from_fields(rule, effect, se, z, margin, instruments, n, min_n)
@@ -257,30 +254,6 @@ def decide(id: str, statement: str, *, paper: Any, ours: Any, rule: str = "", ef
         reason = f"{reason}; {note}"
     return Claim(id, statement, paper, ours, verdict, reason, kind, by_design, n, min_n, rule, _plain_float(effect),
                  _plain_float(se), float(z), None if margin is None else float(margin), quantity, instruments)
-
-
-def _decide_without_rule(id, statement, paper, ours, holds, reason, n, min_n, kind, by_design) -> Claim:
-    """A claim whose verdict a chapter computed by hand (``holds=``): kept only while chapters move onto the rule;
-    :func:`check_record` reports every such claim."""
-    if isinstance(holds, str):
-        raise ValueError(f"claim {id!r}: give a rule ('directional', 'retention', 'equivalence') with effect and se")
-    if holds is not None and not isinstance(holds, bool):
-        holds = bool(holds)  # numpy booleans
-    if n is not None and min_n is not None and n < min_n:
-        prefix = f"too few test images ({n} < {min_n})"
-        return Claim(id, statement, paper, ours, UNDECIDED, f"{prefix}; {reason}" if reason else prefix, kind,
-                     by_design, n, min_n)
-    verdict = UNDECIDED if holds is None else (HOLDS if holds else FAILS)
-    return Claim(id, statement, paper, ours, verdict, reason, kind, by_design, n, min_n)
-
-
-def instrument_failed(claim: Claim, instrument: str, why: str) -> Claim:
-    """``claim`` made undecided because an instrument it relies on failed its own check (for claims decided without
-    the rule; with the rule, pass :class:`Instrument` objects to :func:`decide`)."""
-    reason = f"{instrument} failed its check ({why})" + (f"; {claim.reason}" if claim.reason else "")
-    return Claim(claim.id, claim.statement, claim.paper, claim.ours, UNDECIDED, reason, claim.kind, claim.by_design,
-                 claim.n, claim.min_n, claim.rule, claim.effect, claim.se, claim.z, claim.margin, claim.quantity,
-                 claim.instruments)
 
 
 def check_record(record: dict) -> list[str]:

@@ -86,7 +86,7 @@ from .quality import (
 )
 from .saliency import saliency_vessel_enrichment
 from .segmentation import dice_score
-from .statistics import beyond_noise, patient_bootstrap_se, sequence_falls
+from .statistics import difference_se, patient_bootstrap_se, rule_verdict, sequence_drop
 from .tradeoff import min_max_normalise, pareto_front, similarity_tradeoff_score
 
 __all__ = [
@@ -107,7 +107,7 @@ __all__ = [
     # segmentation, saliency
     "dice_score", "saliency_vessel_enrichment",
     # statistics and decision rules
-    "patient_bootstrap_se", "beyond_noise", "sequence_falls",
+    "patient_bootstrap_se", "difference_se", "rule_verdict", "sequence_drop",
     # lesion
     "rroi", "rroi_summary", "RROISummary", "attribute_matching_score", "attribute_matching_score_from_labels",
     # privacy

@@ -99,39 +99,6 @@ def combine_seeds(values: list[float] | np.ndarray, errors: list[float] | np.nda
     return float(values.mean()), float(np.sqrt(np.mean(errors**2) + spread**2 / count)), spread
 
 
-def beyond_noise(difference: float, errors: tuple[float, ...] | list[float], z: float = 2.0) -> bool:
-    """Whether ``|difference|`` exceeds ``z`` combined standard errors (``z * sqrt(sum(se^2))``).
-
-    >>> beyond_noise(0.1, [0.03, 0.03]), beyond_noise(0.05, [0.03, 0.03])
-    (True, False)
-    """
-    return bool(abs(difference) > z * float(np.sqrt(np.sum(np.square(errors)))))
-
-
-def sequence_falls(values: list[float], errors: list[float], z: float = 2.0) -> bool | None:
-    """Whether a score sequence (e.g. the original, then increasing obfuscation p) falls.
-
-    True: the last value lies more than ``z`` combined standard errors below the first and no step rises by more
-    than ``z`` combined standard errors. False: the last value is not below the first, or a step rises by more than
-    ``z`` combined standard errors. None (undecided): it drops, but by less than the noise.
-
-    >>> sequence_falls([0.8, 0.7, 0.5], [0.02, 0.02, 0.02]), sequence_falls([0.8, 0.79], [0.02, 0.02])
-    (True, None)
-    >>> sequence_falls([0.8, 0.9], [0.02, 0.02])
-    False
-    """
-    values, errors = np.asarray(values, float), np.asarray(errors, float)
-    if len(values) < 2 or len(values) != len(errors):
-        raise ValueError(f"need matching values and errors of length >= 2, got {len(values)} and {len(errors)}")
-    steps_ok = all(values[i + 1] - values[i] <= z * np.hypot(errors[i], errors[i + 1]) for i in range(len(values) - 1))
-    drop = values[0] - values[-1]
-    if not steps_ok or drop <= 0:
-        return False
-    if drop > z * np.hypot(errors[0], errors[-1]):
-        return True
-    return None
-
-
 RULES = ("directional", "retention", "equivalence")
 
 
@@ -236,3 +203,36 @@ def resolution_se(se: float, n: int) -> float:
     floor = 1.0 / (n * math.sqrt(12.0))
     return float(se) if math.isfinite(float(se)) and float(se) >= floor else (floor if math.isfinite(float(se))
                                                                               else float("nan"))
+
+
+def two_sample_bootstrap_se(first: np.ndarray, second: np.ndarray,
+                            statistic: Callable[[np.ndarray, np.ndarray], float], resamples: int, seed: int) -> float:
+    """Standard error of ``statistic(first, second)`` for two independent samples (e.g. real and generated images),
+    resampling the rows of each with replacement, independently.
+
+    Args:
+        first: (N, ...) rows of the first sample.
+        second: (M, ...) rows of the second sample.
+        statistic: ``statistic(first_rows, second_rows) -> float``.
+        resamples: Bootstrap draws (NaN below 2).
+        seed: Seed of the draws.
+
+    Returns:
+        The standard deviation of the statistic over the draws on which it is finite (NaN when fewer than 2 are).
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> a, b = rng.normal(0, 1, 400), rng.normal(0, 1, 400)
+        >>> se = two_sample_bootstrap_se(a, b, lambda x, y: float(x.mean() - y.mean()), 200, 0)
+        >>> 0.05 < se < 0.09  # sqrt(2 / 400) = 0.071
+        True
+    """
+    first, second = np.asarray(first), np.asarray(second)
+    if len(first) == 0 or len(second) == 0 or resamples < 2:
+        return float("nan")
+    rng = np.random.default_rng(seed)
+    values = np.array([statistic(first[rng.integers(0, len(first), len(first))],
+                                 second[rng.integers(0, len(second), len(second))]) for _ in range(resamples)],
+                      dtype=np.float64)
+    values = values[np.isfinite(values)]
+    return float(np.std(values, ddof=1)) if len(values) >= 2 else float("nan")

@@ -5,7 +5,7 @@ Notebook-side API (import cheaply; papermill is only imported by the executing s
     from anonpaper.runner import Results
     results = Results("01_snow_vs_snow", parameters=dict(SEED=SEED, ...))
     results.metric("attacker_accuracy/original", 0.81)
-    results.claim("snow-privacy", "Attacker accuracy falls as p rises", paper="0.83 -> 0.62", ours=..., holds=...)
+    results.add_claims(chapter.evaluate_claims(outcome))   # built with anonpaper.experiments.claims.decide
     results.save()
 
 The names are imported on first use (PEP 562), so the command line's ``anonpaper.runner.studies`` does not pull in

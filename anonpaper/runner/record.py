@@ -63,7 +63,8 @@ class Results:
         >>> results = Results("demo", parameters={"SEED": 0})
         >>> results.metric("accuracy", np.float64(0.75))
         0.75
-        >>> results.add_claims([decide("better", "A beats B", paper=">", ours=0.75, holds=0.75 > 0.5)])
+        >>> results.add_claims([decide("better", "A beats B", paper=">", ours=0.75, rule="directional",
+        ...                             effect=0.25, se=0.05)])
         >>> results.claims[0].verdict
         'holds'
     """

@@ -85,6 +85,15 @@ class Config(ChapterConfig):
     label_tolerance: float = parameter(0.15, "Largest label distance (DR grades: total variation; findings: mean "
                                              "absolute prevalence difference) between generated and real images "
                                              "for the label claim to hold.")
+    fd_ratio: float = parameter(1 / 3, "The FD claim holds when FD(generated, real) lies below this fraction of the "
+                                       "untrained generator's FD by more than two SE.")
+    mask_tolerance: float = parameter(0.25, "Largest relative difference of the vessel (lung) pixel fraction between "
+                                            "generated and real images for the fraction claim to hold.")
+    tree_tolerance: float = parameter(0.5, "Largest relative difference of skeleton length per piece and junctions "
+                                           "per image (generated vs real) for the vessel-tree claim to hold (a few "
+                                           "dozen skeleton pixels per 64 px image: looser than the pixel count).")
+    bootstrap: int = parameter(50, "Bootstrap draws of both image sets for the SEs of FD, fractions, vessel-tree and "
+                                   "label distances.")
     weights_dir: str | None = parameter("weights", "Folder of shipped generator weights (relative to the project "
                                                    "root; None: never use shipped weights).")
     train_if_weights_refused: bool = parameter(False, "Train instead of stopping when a shipped weights file is "
@@ -125,6 +134,14 @@ class Config(ChapterConfig):
              f"CLASSIFIER_MIN_AUROC must lie in [0, 1], got {self.classifier_min_auroc!r}"),
             (isinstance(self.label_tolerance, (int, float)) and 0.0 < self.label_tolerance <= 1.0,
              f"LABEL_TOLERANCE must lie in (0, 1], got {self.label_tolerance!r}"),
+            (isinstance(self.fd_ratio, (int, float)) and 0.0 < self.fd_ratio < 1.0,
+             f"FD_RATIO must lie in (0, 1), got {self.fd_ratio!r}"),
+            (isinstance(self.mask_tolerance, (int, float)) and self.mask_tolerance > 0,
+             f"MASK_TOLERANCE must be > 0, got {self.mask_tolerance!r}"),
+            (isinstance(self.tree_tolerance, (int, float)) and self.tree_tolerance > 0,
+             f"TREE_TOLERANCE must be > 0, got {self.tree_tolerance!r}"),
+            (isinstance(self.bootstrap, int) and not isinstance(self.bootstrap, bool) and self.bootstrap >= 2,
+             f"BOOTSTRAP must be an integer >= 2, got {self.bootstrap!r}"),
         ]
         for kind, (_, config_field, kimg_field, _) in KINDS.items():
             name, kimg = getattr(self, config_field), getattr(self, kimg_field)

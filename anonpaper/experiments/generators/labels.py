@@ -25,7 +25,7 @@ from anonpaper.data.phantoms.cxr import FINDINGS
 from anonpaper.experiments.generators.config import KINDS, PHANTOM_FUNDUS, Config
 from anonpaper.experiments.generators.pipeline import kind_cohort, load_images
 from anonpaper.metrics.classification import accuracy, auroc, quadratic_weighted_kappa
-from anonpaper.metrics.statistics import patient_bootstrap_se
+from anonpaper.metrics.statistics import patient_bootstrap_se, two_sample_bootstrap_se
 from anonpaper.runtime import derive_seed, get_device
 from anonpaper.train.pretrained import cohort_description
 
@@ -295,8 +295,9 @@ def label_rows(kind: str, config: Config, classifier: LabelClassifier, real: tor
     how far two samples of real images already lie apart)."""
     check = classifier.check()
     held_out = classifier.shares(classifier.check_scores)
+    probabilities = {"real": classifier.probabilities(real), "generated": classifier.probabilities(generated)}
     shares = {"true": classifier.true_shares(training_labels(kind, config, classifier)),
-              "real": classifier.label_shares(real), "generated": classifier.label_shares(generated)}
+              **{name: classifier.shares(values) for name, values in probabilities.items()}}
     what = classifier.instrument
     how = ("share of images whose most probable class it is" if classifier.task == "grade"
            else f"share of images with probability >= {FINDING_THRESHOLD}")
@@ -315,6 +316,13 @@ def label_rows(kind: str, config: Config, classifier: LabelClassifier, real: tor
     rows.append({"kind": kind, "metric": "labels/distance", "value": classifier.distance(shares["generated"],
                                                                                        shares["real"]),
                  "protocol": f"{metric} between the labels read off generated and real images"})
+    rows.append({"kind": kind, "metric": "labels/distance/se",
+                 "value": two_sample_bootstrap_se(
+                     probabilities["real"], probabilities["generated"],
+                     lambda real_rows, fake_rows: classifier.distance(classifier.shares(fake_rows),
+                                                                      classifier.shares(real_rows)),
+                     config.bootstrap, derive_seed(config.seed, "generators-bootstrap", kind, "labels")),
+                 "protocol": f"SE: {config.bootstrap} bootstrap draws of both image sets"})
     rows.append({"kind": kind, "metric": "labels/distance/held_out", "value": classifier.distance(held_out,
                                                                                                 shares["real"]),
                  "protocol": f"{metric} between the labels read off the held-out check images and the real training "

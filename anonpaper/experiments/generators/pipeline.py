@@ -34,6 +34,7 @@ from anonpaper.experiments.generators.weights import WeightsRefused, export_weig
 from anonpaper.metrics.distribution import frechet_distance, kernel_inception_distance, knn_precision_recall, swd
 from anonpaper.metrics.identity import vessel_bifurcations
 from anonpaper.metrics.quality import domain_lpips, psnr, ssim
+from anonpaper.metrics.statistics import two_sample_bootstrap_se
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGANConfig, StyleGenerator, project, to_unit_range
 from anonpaper.runtime import cache_dir, derive_seed, get_device
 from anonpaper.train.gan import GANTrainingConfig, train_gan
@@ -445,27 +446,47 @@ def skeleton_statistics(masks: np.ndarray) -> dict[str, float]:
         >>> stats["pieces_per_image"], stats["length_per_piece"], stats["junctions_per_image"]
         (2.0, 11.5, 0.0)
     """
+    return aggregate_skeletons(skeleton_rows(masks))
+
+
+def skeleton_rows(masks: np.ndarray) -> np.ndarray:
+    """Per image: skeleton length (pixels), connected pieces, largest piece's share of the length (NaN without a
+    skeleton) and junctions; float64 (N, 4). :func:`aggregate_skeletons` turns rows into the statistics, so a
+    bootstrap can resample images."""
     from scipy import ndimage
     from skimage.morphology import skeletonize
 
     masks = np.asarray(masks)
     if masks.ndim != 3 or masks.dtype != bool:
         raise ValueError(f"skeleton_statistics expects (N, H, W) boolean masks, got {masks.dtype} {masks.shape}")
-    lengths, pieces, largest, junctions = [], [], [], []
+    rows = []
     for mask in masks:
         skeleton = skeletonize(mask)
         labels, count = ndimage.label(skeleton, structure=np.ones((3, 3)))
         length = int(skeleton.sum())
-        lengths.append(length)
-        pieces.append(count)
-        if count:
-            largest.append(np.bincount(labels.ravel())[1:].max() / length)
-        junctions.append(len(vessel_bifurcations(mask)))
-    total_pieces = sum(pieces)
-    return {"length_per_image": float(np.mean(lengths)), "pieces_per_image": float(np.mean(pieces)),
-            "length_per_piece": float(sum(lengths) / total_pieces) if total_pieces else 0.0,
-            "largest_piece": float(np.mean(largest)) if largest else float("nan"),
-            "junctions_per_image": float(np.mean(junctions))}
+        largest = np.bincount(labels.ravel())[1:].max() / length if count else np.nan
+        rows.append((length, count, largest, len(vessel_bifurcations(mask))))
+    return np.asarray(rows, dtype=np.float64).reshape(-1, 4)
+
+
+def aggregate_skeletons(rows: np.ndarray) -> dict[str, float]:
+    """The :data:`SKELETON_STATISTICS` of per-image rows from :func:`skeleton_rows`."""
+    lengths, pieces, largest, junctions = rows.T
+    total_pieces = pieces.sum()
+    finite = largest[np.isfinite(largest)]
+    return {"length_per_image": float(lengths.mean()), "pieces_per_image": float(pieces.mean()),
+            "length_per_piece": float(lengths.sum() / total_pieces) if total_pieces else 0.0,
+            "largest_piece": float(finite.mean()) if len(finite) else float("nan"),
+            "junctions_per_image": float(junctions.mean())}
+
+
+# The two skeleton statistics the vessel-tree check compares (generated vs real, relative difference).
+TREE_STATISTICS = ("length_per_piece", "junctions_per_image")
+
+
+def relative_difference(generated: float, real: float) -> float:
+    """(generated - real) / real; NaN when the real value is not positive."""
+    return (generated - real) / real if real > 0 else float("nan")
 
 
 @torch.no_grad()
@@ -541,10 +562,16 @@ def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: 
     pooled = f"{len(fake)} generated (psi 1) vs {count} {real_set}; features: pooled encoder taps of the " \
              f"cohort-trained {mask_name} U-Net" + (f" (both sets at {side} px, upsampled to {cohort_side} px)"
                                                    if side < cohort_side else "")
+    resamples, seed = config.bootstrap, derive_seed(config.seed, "generators-bootstrap", kind)
+    bootstrap = f"SE: {resamples} bootstrap draws of both image sets"
     add(extractor, frechet_distance(features["real"], features["generated"]), pooled)
+    add(f"{extractor}/se", two_sample_bootstrap_se(features["real"], features["generated"], frechet_distance,
+                                                   resamples, seed), bootstrap)
     if untrained is not None:
         add(f"{extractor}/untrained", frechet_distance(features["real"], features["untrained"]),
             pooled.replace("generated (psi 1)", "untrained-generator"))
+        add(f"{extractor}/untrained/se", two_sample_bootstrap_se(features["real"], features["untrained"],
+                                                                 frechet_distance, resamples, seed), bootstrap)
     kid, kid_std = kernel_inception_distance(features["real"], features["generated"], subset_size=min(100, count),
                                              subsets=50, seed=config.seed)
     add(f"KID-{mask_name}-unet", kid, pooled + "; cubic-kernel MMD^2, 50 subsets")
@@ -555,13 +582,29 @@ def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: 
     if side >= 16:
         add("SWD", swd(real, fake, seed=config.seed).value, "Laplacian-pyramid 7x7 descriptors, x1e3 (progressive GAN)")
     masks = {name: segment(segmenter, at_cohort_size[name]) >= 0.5 for name in ("real", "generated")}
-    for name, mask in masks.items():
-        add(f"{mask_name}_fraction/{name}", float(mask.mean()), f"{mask_name} U-Net, threshold 0.5, all pixels")
+    per_image = {name: mask.reshape(len(mask), -1).mean(1).astype(np.float64) for name, mask in masks.items()}
+    for name, fractions in per_image.items():
+        add(f"{mask_name}_fraction/{name}", float(fractions.mean()), f"{mask_name} U-Net, threshold 0.5, all pixels")
+        add(f"{mask_name}_fraction/{name}/se", float(fractions.std(ddof=1) / np.sqrt(len(fractions))),
+            "SE of the mean over images")
+    add(f"{mask_name}_fraction/relative_difference/se",
+        two_sample_bootstrap_se(per_image["real"], per_image["generated"],
+                                lambda real_rows, fake_rows: relative_difference(fake_rows.mean(), real_rows.mean()),
+                                resamples, seed), bootstrap + "; (generated - real) / real")
     if KINDS[kind][0] == PHANTOM_FUNDUS:  # vessels form trees; lungs do not
-        for name, mask in masks.items():
-            for statistic, value in skeleton_statistics(mask).items():
+        skeletons = {name: skeleton_rows(mask) for name, mask in masks.items()}
+        for name, rows_of_set in skeletons.items():
+            for statistic, value in aggregate_skeletons(rows_of_set).items():
                 add(f"{mask_name}_skeleton/{statistic}/{name}", value,
                     f"{mask_name} U-Net masks (threshold 0.5) skeletonised; {SKELETON_STATISTICS[statistic]}")
+        for statistic in TREE_STATISTICS:
+            def relative(real_rows, fake_rows, statistic=statistic):
+                return relative_difference(aggregate_skeletons(fake_rows)[statistic],
+                                           aggregate_skeletons(real_rows)[statistic])
+
+            add(f"{mask_name}_skeleton/{statistic}/relative_difference/se",
+                two_sample_bootstrap_se(skeletons["real"], skeletons["generated"], relative, resamples, seed),
+                bootstrap + "; (generated - real) / real")
     if native is not None:  # what resampling to the generator's size costs the instrument
         add(f"{mask_name}_fraction/real_native", float((segment(segmenter, native) >= 0.5).mean()),
             f"{mask_name} U-Net on the same real images at the cohort's {cohort_side} px (not resampled)")
@@ -614,7 +657,10 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
             reconstruction = to_unit_range(result.reconstruction).clamp(0, 1)
             protocol = (f"{len(held_out)} held-out test images, {config.projector_steps} Adam steps, "
                         f"{result.distance_name} loss")
+            per_image_psnr = psnr(reconstruction, held_out, reduction="none").double()
             add(f"projector_{label}/PSNR", psnr(reconstruction, held_out).item(), protocol + "; dB, data range 1")
+            add(f"projector_{label}/PSNR/se", float(per_image_psnr.std() / len(per_image_psnr) ** 0.5)
+                if len(per_image_psnr) > 1 else float("nan"), "SE of the mean over the held-out images")
             add(f"projector_{label}/SSIM", ssim(reconstruction, held_out).item(), protocol + "; Gaussian 11x11")
             lpips = domain_lpips(to_cohort_size(reconstruction, config, kind), to_cohort_size(held_out, config, kind),
                                  segmenter.forward_features)
