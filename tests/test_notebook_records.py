@@ -1,7 +1,7 @@
 """Assertions on the smoke-profile results records written by `anonpaper reproduce --profile smoke`.
 
-Run after the notebooks (``make test`` does both): ``pytest -m notebooks``. Chapter-specific checks sit in
-``CHECKS``; every record gets the generic schema checks.
+Run after the notebooks (``make test`` does both): ``pytest -m notebooks``. Every record gets the schema checks
+and the decision-rule check (:func:`anonpaper.experiments.claims.check_record`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from anonpaper.experiments.claims import Claim
+from anonpaper.experiments.claims import Claim, check_record
 from anonpaper.runner.record import read_record
 from anonpaper.runner.studies import load_registry
 
@@ -41,6 +41,13 @@ def test_record_is_complete(name):
         assert claim["ours"] is not None, f"claim {claim['id']} has no measured value"
         if claim["n"] is not None and claim["min_n"] is not None and claim["n"] < claim["min_n"]:
             assert claim["verdict"] == "undecided", f"claim {claim['id']} decided on {claim['n']} < {claim['min_n']}"
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_every_verdict_follows_from_its_recorded_fields(name):
+    """Each claim carries its rule, effect, SE, margin and instruments; recomputing the verdict from them by the one
+    rule (what `anonpaper records check` does) gives the recorded verdict."""
+    assert check_record(_record(name)) == []
 
 
 def test_book_was_built():
