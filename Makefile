@@ -7,7 +7,7 @@ ANONPAPER := $(VENV)/bin/anonpaper
 # Never fetch weights or data at run time; the cache lives where the user says (default ~/.cache/anonpaper).
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install book read reproduce test test-unit test-notebooks clean-runs
+.PHONY: install book read reproduce test test-unit test-notebooks clean-runs gpu-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON_BASE) -m venv $(VENV)
@@ -31,8 +31,15 @@ read: install
 ## Unit tests, every notebook at the smoke profile through the runner, assertions on their records, strict book.
 test: install
 	$(PY) -m pytest -m "not notebooks" --doctest-modules anonpaper tests
+	# The numerics-sensitive tests again with the CPU kernels capped at AVX2 (what an AVX2-only processor runs).
+	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -m numerics -p no:cacheprovider tests
 	$(ANONPAPER) reproduce --profile smoke
 	$(PY) -m pytest -m notebooks tests
+
+## One command for a short GPU slot (at most 9 minutes): GPU tests, paper-size benchmarks, dry runs, generators,
+## all into OUT (at most 8 files; see benchmarks/gpu_check.py). REHEARSE=1: the same steps on the CPU, tiny sizes.
+gpu-check:
+	bash benchmarks/gpu_check.sh $(if $(REHEARSE),--rehearse) $(OUT)
 
 clean-runs:
 	rm -rf runs/

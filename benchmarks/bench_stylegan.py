@@ -14,11 +14,24 @@ Each run appends one CSV row to ``benchmarks/results/stylegan.csv`` with the dev
 git commit and thread count. A config and batch that do not fit in GPU memory stop with a message naming them,
 the memory asked for and what to try (a smaller batch or gradient accumulation).
 
+``--memory`` measures instead what a training forward of the generator (mapping + synthesis, parameters requiring
+grad) keeps for backward, with :class:`~anonpaper.models.stylegan.ops.saved_memory.SavedTensorMeter` (each saved
+storage once, parameters and buffers left out; the graph gets placeholders, so the machine only needs the forward's
+working set). Bytes are measured at two batch sizes (``--memory-batches``, default 1 and 2): the difference is the
+bytes per image, the rest the batch-independent part (per-forward weight tensors), and their sum at
+``--projected-batch`` (32) the projection in GiB. These are the generator's saved activations only: a training
+step's peak also holds the discriminator's, the gradients, Adam's state and the backward's working set. The byte
+counts do not depend on the device, so a GPU configuration is measured on the CPU; 16-bit layers are measured in
+bf16 there (fp16 convolutions are too slow on the CPU), which has fp16's byte size. Rows go to
+``benchmarks/results/stylegan_memory.csv`` with the official StyleGAN3-T code's peak (18.6 GiB at batch 32) beside
+``sg3t-paper256``.
+
 Usage:
     python benchmarks/bench_stylegan.py                                  # CPU, 64 px configs, 2 threads
     python benchmarks/bench_stylegan.py --configs sg2-tiny@64 sg3t-tiny@64  # a named config at another resolution
     python benchmarks/bench_stylegan.py --device cuda --configs sg2-paper256 sg3t-paper256 --batch 32 \\
         --implementations reference fast triton --mixed-precision fp16
+    python benchmarks/bench_stylegan.py --memory --configs sg3t-paper256 --implementations reference fast
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ import torch
 
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGenerator, get_config, list_configs
 from anonpaper.models.stylegan.ops import IMPLEMENTATIONS
+from anonpaper.models.stylegan.ops.saved_memory import SavedTensorMeter
 from anonpaper.runtime import git_sha
 from anonpaper.train.gan import GANTrainingConfig, train_gan
 
@@ -43,6 +57,13 @@ PRECISIONS = ("none", "fp16", "bf16")
 FIELDS = ["config", "batch", "implementation", "mixed_precision", "device", "device_name", "threads", "torch",
           "triton", "git_commit", "steps", "rounds", "train_s_per_kimg", "generate_images_per_s", "peak_memory_gib",
           "timestamp"]
+
+MEMORY_RESULTS = Path(__file__).resolve().parent / "results" / "stylegan_memory.csv"
+MEMORY_FIELDS = ["config", "implementation", "mixed_precision", "device", "device_name", "torch", "git_commit",
+                 "batches", "saved_mib_per_image", "saved_mib_fixed", "projected_batch", "projected_gib",
+                 "official_peak_gib", "seconds", "timestamp"]
+# Peak GPU memory of NVIDIA's official code for a whole training step (G and D, fp16 layers) at the projected batch.
+OFFICIAL_PEAK_GIB = {"sg3t-paper256": 18.6}
 
 
 class BenchmarkError(ValueError):
@@ -136,6 +157,31 @@ def run_one(name: str, batch: int, implementation: str, mixed_precision: str, de
             "peak_memory_gib": peak}
 
 
+def saved_bytes(name: str, implementation: str, mixed_precision: str, batch: int, device: torch.device) -> int:
+    """Bytes a training forward of the generator (mapping + synthesis) keeps for backward, parameters and buffers
+    left out (:class:`SavedTensorMeter`, without holding them: the measurement needs only the forward's memory)."""
+    precision = None if mixed_precision == "none" else mixed_precision
+    generator = StyleGenerator(parse_config(name), seed=0, implementation=implementation,
+                               mixed_precision=precision).to(device)
+    latents = generator.sample_latents(batch, seed=1, device=device)
+    with SavedTensorMeter(exclude=[*generator.parameters(), *generator.buffers()], keep=False) as meter:
+        generator(latents)
+    return meter.bytes
+
+
+def memory_row(name: str, implementation: str, mixed_precision: str, batches: tuple[int, int], device: torch.device,
+               projected_batch: int) -> dict:
+    """Saved bytes per image (slope between the two batch sizes), the batch-independent rest, and the projection."""
+    start = time.perf_counter()
+    small, large = (saved_bytes(name, implementation, mixed_precision, batch, device) for batch in batches)
+    per_image = (large - small) / (batches[1] - batches[0])
+    fixed = small - batches[0] * per_image
+    return {"batches": f"{batches[0]} {batches[1]}", "saved_mib_per_image": f"{per_image / 2 ** 20:.1f}",
+            "saved_mib_fixed": f"{fixed / 2 ** 20:.1f}", "projected_batch": projected_batch,
+            "projected_gib": f"{(fixed + projected_batch * per_image) / 2 ** 30:.2f}",
+            "official_peak_gib": OFFICIAL_PEAK_GIB.get(name, ""), "seconds": f"{time.perf_counter() - start:.0f}"}
+
+
 def _triton_version() -> str:
     try:
         import triton
@@ -155,7 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8, help="timed training steps per round")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best is kept")
     parser.add_argument("--threads", type=int, default=2, help="CPU intra-op threads")
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--memory", action="store_true",
+                        help="measure the generator's saved activation bytes instead of speed (see above)")
+    parser.add_argument("--memory-batches", nargs=2, type=int, default=[1, 2], metavar=("B1", "B2"))
+    parser.add_argument("--projected-batch", type=int, default=32)
+    parser.add_argument("--output", type=Path, default=None,
+                        help=f"CSV to append to (default {RESULTS.name}, with --memory {MEMORY_RESULTS.name})")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     try:
@@ -167,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         check_request(device, args.implementations, args.mixed_precision, args.configs, args.batch)
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else (
             platform.processor() or platform.machine() or "cpu")
+        if args.memory:
+            return run_memory(args, device, device_name)
+        args.output = args.output or RESULTS
         print(f"device={device} ({device_name}) threads={torch.get_num_threads()} torch={torch.__version__} "
               f"triton={_triton_version() or '-'} steps={args.steps} rounds={args.rounds}")
         args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -209,6 +263,37 @@ def main(argv: list[str] | None = None) -> int:
     except BenchmarkError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    return 0
+
+
+def run_memory(args, device: torch.device, device_name: str) -> int:
+    """The ``--memory`` mode: one row per config and implementation."""
+    low, high = args.memory_batches
+    if not 1 <= low < high:
+        raise BenchmarkError(f"--memory-batches needs 1 <= B1 < B2, got {low} {high}")
+    output = args.output or MEMORY_RESULTS
+    output.parent.mkdir(parents=True, exist_ok=True)
+    new_file = not output.exists()
+    print(f"saved activations of a generator training forward: device={device} ({device_name}) "
+          f"torch={torch.__version__} batches {low} and {high}, projected to {args.projected_batch}")
+    with open(output, "a", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=MEMORY_FIELDS, lineterminator="\n")
+        if new_file:
+            writer.writeheader()
+        for name in args.configs:
+            for implementation in args.implementations:
+                row = memory_row(name, implementation, args.mixed_precision, (low, high), device,
+                                 args.projected_batch)
+                record = {"config": name, "implementation": implementation, "mixed_precision": args.mixed_precision,
+                          "device": str(device), "device_name": device_name, "torch": torch.__version__,
+                          "git_commit": git_sha() or "", **row,
+                          "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                writer.writerow(record)
+                stream.flush()
+                official = f", official whole step {row['official_peak_gib']} GiB" if row["official_peak_gib"] else ""
+                print(f"{name:<14} {implementation:<10} {args.mixed_precision:<5} {row['saved_mib_per_image']:>8} "
+                      f"MiB/image + {row['saved_mib_fixed']:>6} MiB fixed -> {row['projected_gib']:>6} GiB at batch "
+                      f"{args.projected_batch}{official} ({row['seconds']} s)", flush=True)
     return 0
 
 

@@ -100,6 +100,17 @@ up_filter, down_filter = torch.full((12,), 1 / 12, device=DEVICE), torch.full((1
 a = reference.filtered_lrelu(x.float(), up_filter, down_filter, None, 2, 2, (9, 8, 9, 8))
 b = T.filtered_lrelu(x, up_filter, down_filter, None, 2, 2, (9, 8, 9, 8))
 out["filtered_lrelu_fp16"] = [b.dtype == torch.float16, err(a, b.float())]
+# A per-sample channel scale (the demodulation) before the kernels: gradients of x, scale and bias.
+x = rand(2, 2, 10, 10).requires_grad_(True)
+scale = (rand(2, 2, seed=6).abs() + 0.5).requires_grad_(True)
+bias = rand(2, seed=1).requires_grad_(True)
+up_filter, down_filter = torch.full((12,), 1 / 12, device=DEVICE), torch.full((12,), 1 / 12, device=DEVICE)
+a = reference.filtered_lrelu(x, up_filter, down_filter, bias, 2, 2, (9, 8, 9, 8), scale=scale)
+b = T.filtered_lrelu(x, up_filter, down_filter, bias, 2, 2, (9, 8, 9, 8), scale=scale)
+g = rand(*a.shape, seed=2)
+ga, gb = torch.autograd.grad(a, (x, scale, bias), g), torch.autograd.grad(b, (x, scale, bias), g)
+out["filtered_lrelu_scale"] = [err(a, b), max(err(p, q) for p, q in zip(ga, gb)),
+                               max(float(t.abs().max()) for t in (a,) + ga)]
 # Double backward (create_graph, as a penalty through the generator needs it): the chunked fast-path fallback.
 x = rand(1, 2, 10, 10).requires_grad_(True)
 bias = rand(2, seed=1).requires_grad_(True)
@@ -181,6 +192,11 @@ def test_triton_filtered_lrelu_matches_reference(interpreter_errors):
     for key, (same_shape, forward, grad_x, grad_bias, fits, scale) in cases.items():
         assert same_shape and fits, key
         assert max(forward, grad_x, grad_bias) < 5e-5 * scale, (key, forward, grad_x, grad_bias, scale)
+
+
+def test_triton_filtered_lrelu_with_channel_scale(interpreter_errors):
+    forward, gradients, magnitude = interpreter_errors["filtered_lrelu_scale"]
+    assert max(forward, gradients) < 5e-5 * max(magnitude, 1.0), (forward, gradients, magnitude)
 
 
 def test_triton_filtered_lrelu_half_precision_double_backward_and_fallback(interpreter_errors):

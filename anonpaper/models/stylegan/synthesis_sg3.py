@@ -155,7 +155,7 @@ class AliasFreeLayer(nn.Module):
         input_gain = self.magnitude_ema.rsqrt()
         if self.is_torgb:
             style = style * (1.0 / math.sqrt(self.in_channels * self.conv_kernel ** 2))
-        if implementation == "reference" or self.is_torgb:
+        if implementation == "reference":
             x = modulated_conv2d(x, self.weight, style, demodulate=not self.is_torgb, padding=self.conv_kernel - 1,
                                  input_gain=input_gain, prenormalize=True)
             if self.is_torgb:
@@ -166,17 +166,23 @@ class AliasFreeLayer(nn.Module):
                 x = ops.filtered_lrelu(x, self.up_filter, self.down_filter, self.bias, self.up_factor,
                                        self.down_factor, self.padding, clamp=self.clamp,
                                        implementation=implementation)
+        elif self.is_torgb:
+            # modulated_conv2d without demodulation, keeping only x for backward (not x * style).
+            x = ops.scaled_input_conv2d(x, (style * input_gain).to(x.dtype), self.weight.to(x.dtype))
+            x = ops.bias_act(x, self.bias, "linear", clamp=self.clamp, implementation=implementation)
+            x = upfirdn2d_or_identity(x, self.up_filter, self.down_filter, self.up_factor, self.down_factor,
+                                      self.padding, implementation)
         else:
-            # Pre-normalisation and demodulation as in modulated_conv2d; the demodulation and the bias are one
-            # fused multiply-add on the conv output, then the filtered nonlinearity without a bias pass.
+            # Pre-normalisation and demodulation as in modulated_conv2d. What autograd keeps for backward is what
+            # bounds the batch on a GPU: the convolution keeps x (not x * style), and the demodulation and bias
+            # ride into the filtered nonlinearity, which keeps only the conv output (not the upsampled tensor).
             weight = self.weight * self.weight.square().mean(dim=[1, 2, 3], keepdim=True).rsqrt()
             style = style * style.square().mean(dim=1, keepdim=True).rsqrt()
-            y = F.conv2d(x * (style * input_gain).to(x.dtype)[:, :, None, None], weight.to(x.dtype),
-                         padding=self.conv_kernel - 1)
-            y = torch.addcmul(self.bias.to(y.dtype)[None, :, None, None], y,
-                              demodulation_coefficients(weight, style).to(y.dtype)[:, :, None, None])
-            x = ops.filtered_lrelu(y, self.up_filter, self.down_filter, None, self.up_factor, self.down_factor,
-                                   self.padding, clamp=self.clamp, implementation=implementation)
+            y = ops.scaled_input_conv2d(x, (style * input_gain).to(x.dtype), weight.to(x.dtype),
+                                        padding=self.conv_kernel - 1)
+            x = ops.filtered_lrelu(y, self.up_filter, self.down_filter, self.bias, self.up_factor, self.down_factor,
+                                   self.padding, clamp=self.clamp, scale=demodulation_coefficients(weight, style),
+                                   implementation=implementation)
         if x.shape[-1] != self.out_size:
             raise AssertionError(f"alias-free layer produced {x.shape[-1]} px, expected {self.out_size}")
         return x if self.compute_dtype is None or not self.is_torgb else x.float()

@@ -1,6 +1,7 @@
 """Resampling and activation primitives of StyleGAN2/3 with selectable implementations.
 
-Three implementations of the same three operations (:func:`upfirdn2d`, :func:`bias_act`, :func:`filtered_lrelu`):
+Three implementations of the same three operations (:func:`upfirdn2d`, :func:`bias_act`, :func:`filtered_lrelu`),
+plus :func:`scaled_input_conv2d` (style modulation + convolution keeping only its input for backward):
 
 * ``"reference"`` (:mod:`.reference`): plain PyTorch, each step explicit; the ground truth of the tests.
 * ``"fast"`` (:mod:`.fast`): PyTorch without zero insertion (dense resampling matrices for small images,
@@ -85,13 +86,21 @@ def bias_act(x: torch.Tensor, bias: torch.Tensor | None = None, activation: str 
 def filtered_lrelu(x: torch.Tensor, up_filter: torch.Tensor | None, down_filter: torch.Tensor | None,
                    bias: torch.Tensor | None = None, up: int = 1, down: int = 1,
                    padding: tuple[int, int, int, int] = (0, 0, 0, 0), gain: float = LEAKY_RELU_GAIN,
-                   slope: float = LEAKY_RELU_SLOPE, clamp: float | None = None,
+                   slope: float = LEAKY_RELU_SLOPE, clamp: float | None = None, scale: torch.Tensor | None = None,
                    implementation: str = "auto") -> torch.Tensor:
-    """StyleGAN3's filtered leaky ReLU: see :func:`.reference.filtered_lrelu`."""
+    """StyleGAN3's filtered leaky ReLU: see :func:`.reference.filtered_lrelu`. The ``fast`` and ``triton`` versions
+    keep only the input (and the small ``scale`` and ``bias``) for backward, not the upsampled tensor."""
     return _module(resolve_implementation(implementation, x)).filtered_lrelu(
-        x, up_filter, down_filter, bias, up, down, padding, gain, slope, clamp)
+        x, up_filter, down_filter, bias, up, down, padding, gain, slope, clamp, scale)
+
+
+def scaled_input_conv2d(x: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, padding: int = 0) -> torch.Tensor:
+    """``conv2d(x * scale[:, :, None, None], weight)``, StyleGAN's style modulation, keeping only ``x`` (and the
+    small ``scale`` and ``weight``) for backward: see :func:`.fast.scaled_input_conv2d`. Pure PyTorch (any
+    device); the reference formulation is :func:`anonpaper.models.stylegan.layers.modulated_conv2d`."""
+    return fast.scaled_input_conv2d(x, scale, weight, padding)
 
 
 __all__ = ["ENVIRONMENT_VARIABLE", "IMPLEMENTATIONS", "LEAKY_RELU_GAIN", "LEAKY_RELU_SLOPE", "bias_act",
            "check_implementation", "default_implementation", "filtered_lrelu", "resolve_implementation",
-           "upfirdn2d", "upfirdn2d_output_size"]
+           "scaled_input_conv2d", "upfirdn2d", "upfirdn2d_output_size"]

@@ -23,7 +23,13 @@ materialises the zero-inserted tensor.
   upsampled signal lives as ``up ** 2`` phase images at the input's resolution (the leaky ReLU is pointwise, so it
   applies to the phases directly), and the downsampling filter reads the phases with a grouped convolution that
   sums over them. There is no interleave of the upsampled signal, no padding copy of it, and the activation gain
-  is folded into the downsampling taps.
+  is folded into the downsampling taps. A per-sample channel ``scale`` (the demodulation) and the bias are applied
+  before the upsampling. Where the upsampled tensor is large (:data:`RECOMPUTE_MIN_ELEMENTS_PER_IMAGE`: every
+  layer of sg3t-paper256) and a gradient is wanted, the op runs as :class:`_RecomputingFilteredLReLU`, which keeps
+  only its input, scale and bias for backward and recomputes the upsampled tensor there (the plain formulation's
+  autograd keeps it, ``up ** 2`` times the input, several times over).
+* :func:`scaled_input_conv2d`: ``conv2d(x * scale, weight)`` (the style modulation) keeping ``x`` but not the
+  product for backward.
 * :func:`bias_act`: bias + leaky ReLU + gain in two passes (the gain is folded into the bias add).
 
 All functions give the reference results up to float rounding (tested in ``tests/test_stylegan_ops.py``).
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -125,6 +132,11 @@ def _correlation_taps(filter_1d: torch.Tensor, gain: float) -> tuple[float, ...]
 
 
 MATRIX_MAX_LENGTH = 320
+# The filtered leaky ReLU recomputes its upsampled tensor in backward instead of keeping it when that tensor has at
+# least this many elements per image (8 MiB in float32): every layer of sg3t-paper256 (3.4 to 81 million), none of
+# the CPU configs' (sg3t-tiny@64 at most 0.26, sg3t-cpu64 1.7 million), where keeping it costs little memory and
+# recomputing it measured 10-30 % more CPU time for the generator's forward and backward (sg3t-tiny@64, batch 8).
+RECOMPUTE_MIN_ELEMENTS_PER_IMAGE = 2 ** 21
 # Above MATRIX_MAX_LENGTH the filtered leaky ReLU runs the reference formulation unless this is set: its
 # all-polyphase version (grouped convolutions over the phases) is exact but measured 2x slower than the reference
 # on CPU (1 thread, sg3t-cpu64 sizes forced through it); it is kept, tested, for GPU measurements.
@@ -281,54 +293,86 @@ def _down_phase_plan(taps: tuple[float, ...], up: int, down: int, length_up: int
     return tuple(tuple(map(tuple, rows)) for rows in kernel), k, out_length, per_phase, span
 
 
-def filtered_lrelu(x: torch.Tensor, up_filter: torch.Tensor | None, down_filter: torch.Tensor | None,
-                   bias: torch.Tensor | None = None, up: int = 1, down: int = 1,
-                   padding: tuple[int, int, int, int] = (0, 0, 0, 0), gain: float = LEAKY_RELU_GAIN,
-                   slope: float = LEAKY_RELU_SLOPE, clamp: float | None = None) -> torch.Tensor:
-    """StyleGAN3's filtered leaky ReLU in the polyphase domain; same contract as the reference.
+@dataclass(frozen=True, eq=False)
+class FilteredLReLUPlan:
+    """What one filtered leaky ReLU call does, apart from the tensors it runs on (shared by forward and backward).
 
-    Falls back to the reference when ``up`` is not a multiple of ``down`` or a filter has a single tap.
-
-    Args: see :func:`anonpaper.models.stylegan.ops.reference.filtered_lrelu`.
-
-    Returns:
-        (N, C, H', W') tensor.
+    Attributes:
+        up_filter: (taps_up,) low-pass filter of the upsampling (a buffer of the layer; not differentiated).
+        down_filter: (taps_down,) low-pass filter of the downsampling.
+        up_taps: Correlation taps of the upsampling, its gain ``up ** 2`` inside (:func:`_correlation_taps`).
+        down_taps: Correlation taps of the downsampling with the activation gain inside.
+        up: Upsampling factor.
+        down: Downsampling factor (divides ``up``).
+        padding: (x_lo, x_hi, y_lo, y_hi) padding of the upsampling.
+        gain: Gain after the leaky ReLU (it rides on ``down_taps``).
+        slope: Negative slope of the leaky ReLU.
+        clamp: Clamp of the activation after the gain, or None.
     """
-    padding = reference.check_padding(padding)
-    if (up_filter is None or down_filter is None or up_filter.numel() < 2 or down_filter.numel() < 2
-            or up < 2 or up % down or (not _use_matrices(x, up) and not POLYPHASE_FILTERED_LRELU)):
-        return reference.filtered_lrelu(x, up_filter, down_filter, bias, up, down, padding, gain, slope, clamp)
+
+    up_filter: torch.Tensor
+    down_filter: torch.Tensor
+    up_taps: tuple[float, ...]
+    down_taps: tuple[float, ...]
+    up: int
+    down: int
+    padding: tuple[int, int, int, int]
+    gain: float
+    slope: float
+    clamp: float | None
+
+    @property
+    def activation_clamp(self) -> float | None:
+        """Clamp of ``lrelu(u)`` before the gain: ``clamp(g * a, c) = g * clamp(a, c / g)``."""
+        return None if self.clamp is None else self.clamp / self.gain
+
+
+def _scale_and_bias(x: torch.Tensor, scale: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x * scale[:, :, None, None] + bias[None, :, None, None]`` (either may be None), in ``x``'s dtype."""
+    if scale is not None and bias is not None:
+        return torch.addcmul(bias.to(x.dtype)[None, :, None, None], x, scale.to(x.dtype)[:, :, None, None])
+    if scale is not None:
+        return x * scale.to(x.dtype)[:, :, None, None]
+    if bias is not None:
+        return x + bias.to(x.dtype)[None, :, None, None]
+    return x
+
+
+def _filtered_lrelu_forward(x: torch.Tensor, scale: torch.Tensor | None, bias: torch.Tensor | None,
+                            plan: FilteredLReLUPlan) -> torch.Tensor:
+    """The filtered leaky ReLU as plain differentiable PyTorch: resampling matrices for small images, the reference
+    formulation (or, with ``POLYPHASE_FILTERED_LRELU``, the all-polyphase one) otherwise. Saves the upsampled
+    tensor when autograd records it; :class:`_RecomputingFilteredLReLU` runs it with autograd off."""
+    x = _scale_and_bias(x, scale, bias)
+    up, down, slope = plan.up, plan.down, plan.slope
+    if not _use_matrices(x, up) and not POLYPHASE_FILTERED_LRELU:
+        return reference.filtered_lrelu(x, plan.up_filter, plan.down_filter, None, up, down, plan.padding,
+                                        plan.gain, slope, plan.clamp)
     batch, channels, height, width = x.shape
-    up_taps = _correlation_taps(up_filter, up * up)
-    # The activation gain is folded into the (linear) downsampling filter: lrelu(v) * g = g * lrelu(v).
-    down_taps = _correlation_taps(down_filter, gain)
+    clamp = plan.activation_clamp
     if _use_matrices(x, up):
-        if bias is not None:
-            x = x + bias.to(x.dtype)[None, :, None, None]
-        u = _MatrixUpFirDn2d.apply(x, up_taps, up, 1, padding)
+        u = _MatrixUpFirDn2d.apply(x, plan.up_taps, up, 1, plan.padding)
         u = F.leaky_relu(u, slope) if torch.is_grad_enabled() else F.leaky_relu_(u, slope)
         if clamp is not None:
-            u = u.clamp(-clamp / gain, clamp / gain)
+            u = u.clamp(-clamp, clamp)
         # Downsampling by strided depthwise convolutions (only the kept outputs are computed).
-        u = _resample_axis(u, down_taps, 1, down, 0, 0, axis=3)
-        return _resample_axis(u, down_taps, 1, down, 0, 0, axis=2)
-    pad_x0, pad_x1, pad_y0, pad_y1 = padding
+        u = _resample_axis(u, plan.down_taps, 1, down, 0, 0, axis=3)
+        return _resample_axis(u, plan.down_taps, 1, down, 0, 0, axis=2)
+    pad_x0, pad_x1, pad_y0, pad_y1 = plan.padding
     plans = []
     for length, pad_lo, pad_hi in ((width, pad_x0, pad_x1), (height, pad_y0, pad_y1)):
-        length_up = length * up + pad_lo + pad_hi - len(up_taps) + 1
-        down_plan = _down_phase_plan(down_taps, up, down, length_up)
+        length_up = length * up + pad_lo + pad_hi - len(plan.up_taps) + 1
+        down_plan = _down_phase_plan(plan.down_taps, up, down, length_up)
         needed = down_plan[3] + down_plan[4] - 1
         plans.append((pad_lo, pad_hi, down_plan, needed))
-    if bias is not None:
-        x = x + bias.to(x.dtype)[None, :, None, None]
     # Upsample: phases stacked in channels, order (c, phase_x, phase_y); nothing interleaved.
     (px0, px1, plan_x, need_x), (py0, py1, plan_y, need_y) = plans
-    u = _resample_axis(x, up_taps, up, 1, px0, px1, axis=3, interleave=False, count=need_x)
-    u = _resample_axis(u, up_taps, up, 1, py0, py1, axis=2, interleave=False, count=need_y)
+    u = _resample_axis(x, plan.up_taps, up, 1, px0, px1, axis=3, interleave=False, count=need_x)
+    u = _resample_axis(u, plan.up_taps, up, 1, py0, py1, axis=2, interleave=False, count=need_y)
     u = u.narrow(2, 0, need_y).narrow(3, 0, need_x)
     u = F.leaky_relu(u, slope) if u.requires_grad or torch.is_grad_enabled() else F.leaky_relu_(u, slope)
     if clamp is not None:
-        u = u.clamp(-clamp / gain, clamp / gain)
+        u = u.clamp(-clamp, clamp)
     # Downsample along y: groups (c, phase_x), each reading its `up` y-phases.
     kernel_y, k_y, length_y, per_y, span_y = plan_y
     weight = torch.tensor(kernel_y, dtype=u.dtype, device=u.device)  # (k, up, span)
@@ -345,6 +389,225 @@ def filtered_lrelu(x: torch.Tensor, up_filter: torch.Tensor | None, down_filter:
         d = d.view(batch, channels, k_y, k_x, per_y, per_x).permute(0, 1, 4, 2, 5, 3)
         d = d.reshape(batch, channels, per_y * k_y, per_x * k_x)
     return d[:, :, :length_y, :length_x]
+
+
+def _linear_upfirdn2d(x: torch.Tensor, taps: tuple[float, ...], up: int, down: int,
+                      padding: tuple[int, int, int, int]) -> torch.Tensor:
+    """One upfirdn2d with correlation taps outside autograd: matrices for small images, polyphase convs otherwise."""
+    if _use_matrices(x, up):
+        return _upfirdn2d_matrices(x, taps, up, down, padding)
+    return _upfirdn2d_polyphase(x, taps, up, down, padding)
+
+
+def _pre_activation(z: torch.Tensor, plan: FilteredLReLUPlan) -> torch.Tensor:
+    """``up(z)``, the upsampled tensor before the leaky ReLU, by the same formulation as the forward's matrix and
+    reference paths (so the recomputed signs are the forward's)."""
+    if _use_matrices(z, plan.up):
+        return _upfirdn2d_matrices(z, plan.up_taps, plan.up, 1, plan.padding)
+    return reference.upfirdn2d(z, plan.up_filter, up=plan.up, padding=plan.padding, gain=plan.up ** 2)
+
+
+def _times_activation_derivative(tangent: torch.Tensor, u: torch.Tensor, plan: FilteredLReLUPlan) -> torch.Tensor:
+    """``tangent * d act(u) / du`` for ``act(u) = clamp(lrelu(u), +-clamp / gain)``: 1 where ``u > 0``, the slope
+    elsewhere, 0 where the clamp cut (autograd's rules for leaky ReLU and clamp). Overwrites ``tangent``."""
+    if plan.activation_clamp is not None:
+        tangent = tangent.masked_fill_(F.leaky_relu(u, plan.slope).abs() > plan.activation_clamp, 0.0)
+    return torch.where(u > 0, tangent, tangent * plan.slope)
+
+
+def _pixel_sum(x: torch.Tensor, dims=(2, 3)) -> torch.Tensor:
+    """Sum of (N, C, H, W) over ``dims`` (the gradient of a factor broadcast over them), accumulated and returned
+    in at least float32 (a 16-bit sum over a 276 x 276 map loses the small terms)."""
+    return x.sum(dim=dims, dtype=torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else None)
+
+
+def _plain_gradients(plain, inputs: tuple, needs: tuple, grad: torch.Tensor) -> tuple:
+    """The ``create_graph`` backward of a recomputing Function: recompute ``plain(*inputs)`` (a formulation autograd
+    records) on the saved inputs and differentiate it with the graph kept, so every derivative order is exact.
+    Returns a gradient (or None) per input, as ``needs`` asks."""
+    with torch.enable_grad():
+        wanted = [tensor for tensor, need in zip(inputs, needs) if need]
+        grads = iter(torch.autograd.grad(plain(*inputs), wanted, grad, create_graph=True))
+    return tuple(next(grads) if need else None for need in needs)
+
+
+class _RecomputingFilteredLReLU(torch.autograd.Function):
+    """The filtered leaky ReLU of ``z = x * scale + bias`` saving only ``x``, ``scale`` and ``bias`` for backward
+    (not the ``up ** 2`` times larger upsampled tensor, which the plain formulation's leaky ReLU, clamp and
+    downsampling convolutions each save, nor ``z``).
+
+    First-order backward recomputes ``z`` and the pre-activation ``u = up(z)`` and applies the adjoints:
+    ``grad_z = up^T(act'(u) * down^T(grad))``, then ``grad_x = grad_z * scale``, ``grad_scale = sum_pixels(grad_z
+    * x)``, ``grad_bias = sum(grad_z)``: one upsampling more than autograd of the plain formulation, which keeps it.
+    Double backward (``create_graph=True``, a penalty through the generator) differentiates the plain
+    formulation, recomputed on the saved inputs, so every derivative order is exact; it holds the upsampled tensor
+    of one layer at a time. ``jvp`` (forward-mode AD) recomputes ``u`` too; the vmap rule is generated.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, scale, bias, plan):
+        return _filtered_lrelu_forward(x, scale, bias, plan)  # autograd is off inside forward: nothing is recorded
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, scale, bias, plan = inputs
+        ctx.save_for_backward(x, scale, bias)
+        ctx.save_for_forward(x, scale, bias)
+        ctx.plan = plan
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, scale, bias = ctx.saved_tensors
+        plan = ctx.plan
+        needs = ctx.needs_input_grad[:3]
+        if torch.is_grad_enabled():  # create_graph
+            return *_plain_gradients(lambda *t: _filtered_lrelu_forward(*t, plan), (x, scale, bias), needs, grad), None
+        u = _pre_activation(_scale_and_bias(x, scale, bias), plan)
+        grad_u = _linear_upfirdn2d(grad, *adjoint_upfirdn2d(plan.down_taps, 1, plan.down, (0, 0, 0, 0), u.shape[2],
+                                                            u.shape[3], grad.shape))
+        grad_u = _times_activation_derivative(grad_u, u, plan)
+        del u
+        grad_z = _linear_upfirdn2d(grad_u, *adjoint_upfirdn2d(plan.up_taps, plan.up, 1, plan.padding, x.shape[2],
+                                                              x.shape[3], grad_u.shape))
+        del grad_u
+        grad_x = grad_z * scale.to(grad_z.dtype)[:, :, None, None] if scale is not None and needs[0] else grad_z
+        grad_scale = _pixel_sum(grad_z * x).to(scale.dtype) if needs[1] else None
+        grad_bias = _pixel_sum(grad_z, (0, 2, 3)).to(bias.dtype) if needs[2] else None
+        return grad_x if needs[0] else None, grad_scale, grad_bias, None
+
+    @staticmethod
+    def jvp(ctx, x_tangent, scale_tangent, bias_tangent, _plan):
+        x, scale, bias = ctx.saved_tensors
+        plan = ctx.plan
+        # Tangent of z = x * scale + bias.
+        tangent = torch.zeros_like(x) if x_tangent is None else _scale_and_bias(x_tangent, scale, None)
+        if scale_tangent is not None:
+            tangent = tangent + x * scale_tangent.to(x.dtype)[:, :, None, None]
+        if bias_tangent is not None:
+            tangent = tangent + bias_tangent.to(x.dtype)[None, :, None, None]
+        u = _pre_activation(_scale_and_bias(x, scale, bias), plan)
+        tangent_u = _times_activation_derivative(_linear_upfirdn2d(tangent, plan.up_taps, plan.up, 1, plan.padding),
+                                                 u, plan)
+        return _linear_upfirdn2d(tangent_u, plan.down_taps, 1, plan.down, (0, 0, 0, 0))
+
+
+def filtered_lrelu(x: torch.Tensor, up_filter: torch.Tensor | None, down_filter: torch.Tensor | None,
+                   bias: torch.Tensor | None = None, up: int = 1, down: int = 1,
+                   padding: tuple[int, int, int, int] = (0, 0, 0, 0), gain: float = LEAKY_RELU_GAIN,
+                   slope: float = LEAKY_RELU_SLOPE, clamp: float | None = None,
+                   scale: torch.Tensor | None = None) -> torch.Tensor:
+    """StyleGAN3's filtered leaky ReLU; same contract as the reference, without keeping a large upsampled tensor.
+
+    When a gradient will be asked for (``x``, ``scale`` or ``bias`` requires grad) and the upsampled tensor has at
+    least :data:`RECOMPUTE_MIN_ELEMENTS_PER_IMAGE` elements per image, runs :class:`_RecomputingFilteredLReLU`,
+    which saves only ``x``, ``scale`` and ``bias`` for backward; otherwise the plain formulation (in inference and
+    forward-mode AD on constants its upsampled tensor lives only inside the call). Falls back to the reference
+    when ``up`` is not a multiple of ``down`` or a filter has a single tap.
+
+    Args: see :func:`anonpaper.models.stylegan.ops.reference.filtered_lrelu`.
+
+    Returns:
+        (N, C, H', W') tensor.
+    """
+    padding = reference.check_padding(padding)
+    if (up_filter is None or down_filter is None or up_filter.numel() < 2 or down_filter.numel() < 2
+            or up < 2 or up % down):
+        return reference.filtered_lrelu(x, up_filter, down_filter, bias, up, down, padding, gain, slope, clamp,
+                                        scale)
+    # The activation gain is folded into the (linear) downsampling filter: lrelu(v) * g = g * lrelu(v).
+    plan = FilteredLReLUPlan(up_filter, down_filter, _correlation_taps(up_filter, up * up),
+                             _correlation_taps(down_filter, gain), int(up), int(down), padding, float(gain),
+                             float(slope), clamp)
+    if (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, scale, bias))
+            and upsampled_elements_per_image(x.shape, up, padding, len(plan.up_taps))
+            >= RECOMPUTE_MIN_ELEMENTS_PER_IMAGE):
+        return _RecomputingFilteredLReLU.apply(x, scale, bias, plan)
+    return _filtered_lrelu_forward(x, scale, bias, plan)
+
+
+def upsampled_elements_per_image(shape, up: int, padding: tuple[int, int, int, int], taps: int) -> int:
+    """Elements per image of the upsampled tensor of a filtered leaky ReLU: input ``shape`` (N, C, H, W), factor
+    ``up``, (x_lo, x_hi, y_lo, y_hi) ``padding`` and ``taps`` taps of the upsampling filter."""
+    pad_x0, pad_x1, pad_y0, pad_y1 = padding
+    height = shape[-2] * up + pad_y0 + pad_y1 - taps + 1
+    width = shape[-1] * up + pad_x0 + pad_x1 - taps + 1
+    return shape[-3] * max(height, 0) * max(width, 0)
+
+
+class _RecomputingScaledInputConv2d(torch.autograd.Function):
+    """``conv2d(x * scale, weight)`` saving ``x``, ``scale`` and ``weight`` but not the product ``x * scale`` (which
+    autograd of the plain formulation keeps beside ``x``); backward recomputes it (one multiply). Double backward
+    differentiates the plain formulation on the saved inputs; ``jvp`` is the product rule; vmap rule generated."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, scale, weight, padding):
+        return F.conv2d(x * scale[:, :, None, None], weight, padding=padding)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, scale, weight, padding = inputs
+        ctx.save_for_backward(x, scale, weight)
+        ctx.save_for_forward(x, scale, weight)
+        ctx.padding = padding
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, scale, weight = ctx.saved_tensors
+        needs = ctx.needs_input_grad[:3]
+        if torch.is_grad_enabled():  # create_graph
+            plain = lambda x_, s_, w_: F.conv2d(x_ * s_[:, :, None, None], w_, padding=ctx.padding)  # noqa: E731
+            return *_plain_gradients(plain, (x, scale, weight), needs, grad), None
+        scaled = x * scale[:, :, None, None]
+        grad_scaled, grad_weight, _ = torch.ops.aten.convolution_backward(
+            grad, scaled, weight, None, [1, 1], [ctx.padding, ctx.padding], [1, 1], False, [0, 0], 1,
+            [needs[0] or needs[1], needs[2], False])
+        del scaled
+        grad_x = grad_scaled * scale[:, :, None, None] if needs[0] else None
+        grad_scale = _pixel_sum(grad_scaled * x).to(scale.dtype) if needs[1] else None
+        return grad_x, grad_scale, grad_weight, None
+
+    @staticmethod
+    def jvp(ctx, x_tangent, scale_tangent, weight_tangent, _padding):
+        x, scale, weight = ctx.saved_tensors
+        scaled_tangent = None
+        if x_tangent is not None:
+            scaled_tangent = x_tangent * scale[:, :, None, None]
+        if scale_tangent is not None:
+            term = x * scale_tangent[:, :, None, None]
+            scaled_tangent = term if scaled_tangent is None else scaled_tangent + term
+        out = None if scaled_tangent is None else F.conv2d(scaled_tangent, weight, padding=ctx.padding)
+        if weight_tangent is not None:
+            term = F.conv2d(x * scale[:, :, None, None], weight_tangent, padding=ctx.padding)
+            out = term if out is None else out + term
+        return out
+
+
+def scaled_input_conv2d(x: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, padding: int = 0) -> torch.Tensor:
+    """``conv2d(x * scale[:, :, None, None], weight, padding=padding)``: StyleGAN's style modulation applied to the
+    activations (equivalent to modulating the weights per sample).
+
+    When a gradient will be asked for, runs :class:`_RecomputingScaledInputConv2d`, which keeps ``x`` but not the
+    product for backward; otherwise the plain formulation.
+
+    Args:
+        x: (N, C_in, H, W) activations.
+        scale: (N, C_in) per-sample input-channel factors, of ``x``'s dtype.
+        weight: (C_out, C_in, k, k) weights, of ``x``'s dtype.
+        padding: Zero padding of the convolution.
+
+    Returns:
+        (N, C_out, H + 2 padding - k + 1, W + 2 padding - k + 1) tensor.
+    """
+    if x.ndim != 4 or scale.shape != x.shape[:2] or weight.ndim != 4 or weight.shape[1] != x.shape[1]:
+        raise ValueError(f"scaled_input_conv2d expects x (N, C, H, W), scale (N, C) and weight (O, C, k, k); got x "
+                         f"{tuple(x.shape)}, scale {tuple(scale.shape)}, weight {tuple(weight.shape)}")
+    if torch.is_grad_enabled() and (x.requires_grad or scale.requires_grad or weight.requires_grad):
+        return _RecomputingScaledInputConv2d.apply(x, scale, weight, int(padding))
+    return F.conv2d(x * scale[:, :, None, None], weight, padding=int(padding))
 
 
 def bias_act(x: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "linear", gain: float = 1.0,

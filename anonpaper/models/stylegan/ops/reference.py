@@ -131,10 +131,11 @@ def bias_act(x: torch.Tensor, bias: torch.Tensor | None = None, activation: str 
 def filtered_lrelu(x: torch.Tensor, up_filter: torch.Tensor | None, down_filter: torch.Tensor | None,
                    bias: torch.Tensor | None = None, up: int = 1, down: int = 1,
                    padding: tuple[int, int, int, int] = (0, 0, 0, 0), gain: float = LEAKY_RELU_GAIN,
-                   slope: float = LEAKY_RELU_SLOPE, clamp: float | None = None) -> torch.Tensor:
+                   slope: float = LEAKY_RELU_SLOPE, clamp: float | None = None,
+                   scale: torch.Tensor | None = None) -> torch.Tensor:
     """StyleGAN3's filtered leaky ReLU, step by step (materialises the upsampled tensor).
 
-    ``down(lrelu(up(x + bias)) * gain)`` where ``up`` is :func:`upfirdn2d` with ``up``, ``padding`` and gain
+    ``down(lrelu(up(x * scale + bias)) * gain)`` where ``up`` is :func:`upfirdn2d` with ``up``, ``padding`` and gain
     ``up ** 2`` and ``down`` is :func:`upfirdn2d` with ``down`` and no padding.
 
     Args:
@@ -148,10 +149,14 @@ def filtered_lrelu(x: torch.Tensor, up_filter: torch.Tensor | None, down_filter:
         gain: Gain after the leaky ReLU (sqrt(2)).
         slope: Negative slope of the leaky ReLU (0.2).
         clamp: Clamp of the activation's output (after the gain), or None.
+        scale: (N, C) per-sample, per-channel factor applied before the bias (StyleGAN's weight demodulation), or
+            None.
 
     Returns:
         (N, C, H', W') tensor.
     """
+    if scale is not None:
+        x = x * scale.to(x.dtype)[:, :, None, None]
     if bias is not None:
         x = x + bias.to(x.dtype)[None, :, None, None]
     x = upfirdn2d(x, up_filter, up=up, padding=padding, gain=up ** 2)

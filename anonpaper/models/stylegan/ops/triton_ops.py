@@ -29,7 +29,7 @@ CUDA tensors by :mod:`anonpaper.models.stylegan.ops`, or on CPU tensors under Tr
   windows overlap. Float atomics make the backward **not bitwise deterministic on GPU** (the summation order
   varies; the forward is deterministic). The bias gradient is the sum of ``dX`` over batch and pixels.
 
-  Fallbacks, both through :func:`.fast.filtered_lrelu` (which may materialise the upsampled tensor):
+  Fallbacks, both through :func:`.fast.filtered_lrelu` (which keeps only its inputs for large layers' backward):
   double backward (``create_graph=True``: a penalty differentiating through the generator; StyleGAN3 training
   disables the path-length penalty and R1 only differentiates the discriminator) recomputes in chunks of
   channels of at most :data:`FILTERED_LRELU_CHUNK_ELEMENTS` upsampled elements; and filters too long for the
@@ -42,8 +42,8 @@ absolute in fp32, and by the same script compiled on CUDA when a GPU is present.
 tile kernel have not been measured in this repository yet (written in a session without GPU): measure with
 ``benchmarks/probe_filtered_lrelu.py`` and ``benchmarks/bench_stylegan.py``. An earlier kernel of the same
 design was reported, on one H100 for sg3t-paper256, at 0.27 s and 5.6 GiB for a batch-4 synthesis forward +
-backward and 1.77 s / 42 GiB at batch 32 (fp32); these numbers are not from this code. The ``fast`` path
-needs more than 78 GiB at batch 32 (it materialises the upsampled tensor).
+backward and 1.77 s / 42 GiB at batch 32 (fp32); these numbers are not from this code. The ``fast`` path then
+needed more than 78 GiB at batch 32 (it kept the upsampled tensors for backward); it now recomputes them.
 """
 
 from __future__ import annotations
@@ -517,22 +517,27 @@ class _TritonFilteredLReLU(torch.autograd.Function):
 def filtered_lrelu(x: torch.Tensor, up_filter: torch.Tensor | None, down_filter: torch.Tensor | None,
                    bias: torch.Tensor | None = None, up: int = 1, down: int = 1,
                    padding: tuple[int, int, int, int] = (0, 0, 0, 0), gain: float = LEAKY_RELU_GAIN,
-                   slope: float = LEAKY_RELU_SLOPE, clamp: float | None = None) -> torch.Tensor:
+                   slope: float = LEAKY_RELU_SLOPE, clamp: float | None = None,
+                   scale: torch.Tensor | None = None) -> torch.Tensor:
     """Fused Triton filtered leaky ReLU; same contract as :func:`.reference.filtered_lrelu`.
 
     Runs the tile kernels when the filters fit (:func:`filtered_lrelu_fits_tiles`); otherwise (filters too long
     for a 128-sample window at every tile size, ``up`` dividing no ``tile * down``) it computes
-    :func:`.fast.filtered_lrelu`, which may materialise the upsampled tensor; a missing filter or a
-    non-positive gain runs the reference.
+    :func:`.fast.filtered_lrelu`, which keeps only its inputs for large layers' backward too; a missing filter or a
+    non-positive gain runs the reference. A ``scale`` is applied by a separate multiply before the kernels (which
+    then keep the scaled input: one input-sized tensor more than the ``fast`` path keeps).
     """
     padding = reference.check_padding(padding)
     up, down = int(up), int(down)
     if up_filter is None or down_filter is None or gain <= 0 or up < 1 or down < 1:
-        return reference.filtered_lrelu(x, up_filter, down_filter, bias, up, down, padding, gain, slope, clamp)
+        return reference.filtered_lrelu(x, up_filter, down_filter, bias, up, down, padding, gain, slope, clamp,
+                                        scale)
     _require(x)
     launch = _tile_launch_arguments(x, fast._correlation_taps(up_filter, up * up),
                                     fast._correlation_taps(down_filter, gain), up, down, padding)
     if launch is None:
-        return fast.filtered_lrelu(x, up_filter, down_filter, bias, up, down, padding, gain, slope, clamp)
+        return fast.filtered_lrelu(x, up_filter, down_filter, bias, up, down, padding, gain, slope, clamp, scale)
+    if scale is not None:
+        x = x * scale.to(x.dtype)[:, :, None, None]
     return _TritonFilteredLReLU.apply(x, bias, up_filter, down_filter, up, down, padding, float(gain),
                                       float(slope), clamp, launch)
