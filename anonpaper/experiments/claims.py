@@ -223,8 +223,8 @@ def verdict_from_fields(rule: str, effect: Any, se: Any, z: float, margin: float
     return UNDECIDED if holds is None else (HOLDS if holds else FAILS)
 
 
-def decide(id: str, statement: str, *, paper: Any, ours: Any, rule: str, effect: float, se: float,
-           margin: float | None = None, quantity: str = "", instruments: Iterable[Instrument] = (),
+def decide(id: str, statement: str, *, paper: Any, ours: Any, rule: str, effect: float = float("nan"),
+           se: float = float("nan"), margin: float | None = None, quantity: str = "", instruments: Iterable[Instrument] = (),
            n: int | None = None, min_n: int | None = None, kind: str = "paper", by_design: str = "",
            note: str = "", z: float = DECISION_Z) -> Claim:
     """Decide a claim by the one rule and build its :class:`Claim`, with a reason generated from the fields.
