@@ -154,7 +154,7 @@ def _dry_run(args, registry) -> int:
     print(f"dry run of {args.notebook} at profile {args.profile}: one step of every trainer on random tensors (the "
           f"notebook is not executed; the cache and runs/ are not touched)")
     report = dry_run(registry, args.notebook, args.profile, overrides=_options(args.param), repeats=args.repeats,
-                     max_batch=args.max_batch, log=print)
+                     max_batch=args.max_batch, skip_kinds=tuple(args.skip_kind or ()), log=print)
     print(format_report(report))
     if args.dry_run_out is not None:
         from anonpaper.cache import atomic_write_bytes
@@ -417,8 +417,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=_positive_int, default=3,
                    help="dry run: timed steps per trainer after a warm-up step; the fastest counts (default 3)")
     p.add_argument("--max-batch", type=int, default=None, metavar="B",
-                   help="dry run: time larger batches at B images and scale linearly (CPU projections of the "
+                   help="dry run: time larger batches at B and 2B images and extrapolate (CPU projections of the "
                         "paper's batches; default: the chapter's batch)")
+    p.add_argument("--skip-kind", action="append", default=None, metavar="KIND",
+                   help="dry run: list but do not time trainers of this kind (e.g. gan, co-training: a paper-size "
+                        "StyleGAN step takes many minutes on a CPU); repeatable")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("reproduce", help="run every notebook in dependency order (resumable), then build the book")
@@ -486,13 +489,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("method", help="method name: " + _method_summaries())
     p.add_argument("--in", dest="input", required=True,
                    help="folder of input images, searched recursively (.png, .jpg, .jpeg, .bmp, .tif, .tiff); a "
-                        "folder written by `cohort generate` is read as a cohort: its images/ only, with VS-Snow's "
-                        "vessel masks from masks/vessel/")
-    p.add_argument("--out", dest="output", required=True, help="output folder (must not be the input)")
+                        "folder written by `cohort generate` is read as a cohort: its images/ only (released to "
+                        "OUT/images/), its patients from manifest.csv, VS-Snow's vessel masks from masks/vessel/")
+    p.add_argument("--out", dest="output", required=True,
+                   help="output folder (must not be the input); it also receives pairing.csv (each released image's "
+                        "source and patient) and release.json (the method and its parameters)")
     p.add_argument("--p", dest="replace_fraction", type=float, default=None,
                    help="fraction of pixels replaced (Snow, VS-Snow; default 0.3); same as -o p VALUE")
     p.add_argument("-o", "--option", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                   help="method option, e.g. -o seed 3 or -o masks DIR")
+                   help="method option, e.g. -o seed 3, -o sigma 2 (blur, gaussian-noise), -o block 8 (pixelate), "
+                        "-o k 5 (k-same-pixel), -o masks DIR (vs-snow), -o patients CSV (k-same-pixel on a plain "
+                        "folder: columns file, patient)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_anonymize)
 

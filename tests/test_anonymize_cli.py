@@ -1,12 +1,16 @@
-"""`anonpaper anonymize snow|vs-snow` on folders (anonpaper.methods.folder through anonpaper.cli.main)."""
+"""`anonpaper anonymize METHOD` on folders (anonpaper.methods.folder through anonpaper.cli.main): Snow and VS-Snow on
+plain folders, every registered method on folders written by `anonpaper cohort generate` (fundus RGB and chest X-ray
+grayscale), the release's pairing and parameters, and bad input refused with exit code 2."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import cv2
 import numpy as np
+import pandas as pd
 import pytest
 
 from anonpaper.cli import main
@@ -57,7 +61,7 @@ def test_snow_folder_replaces_about_p_with_the_folder_mean(image_folder, tmp_pat
     code = main(["anonymize", "snow", "--in", str(image_folder), "--out", str(out), "-o", "p", "0.3", "--quiet"])
     assert code == 0
     assert folder_digest(image_folder) == before  # inputs untouched
-    assert sorted(folder_digest(out)) == ["a.png", "c.png", "gray.png", "sub/b.png"]
+    assert sorted(folder_digest(out)) == ["a.png", "c.png", "gray.png", "pairing.csv", "release.json", "sub/b.png"]
     # The folder's means are pixel-weighted over all RGB images (and separately over the grayscale one).
     rgb_inputs = {name: read_image(image_folder / name) for name in ["a.png", "c.jpg", "sub/b.png"]}
     rgb_mean = np.round(np.concatenate([image.reshape(-1, 3) for image in rgb_inputs.values()]).mean(axis=0))
@@ -179,8 +183,8 @@ def test_outputs_never_overwrite_inputs(image_folder, tmp_path, capsys):
 def test_usage_errors_exit_2(image_folder, mask_folder, tmp_path, capsys):
     masks, _ = mask_folder
     out = str(tmp_path / "out")
-    assert main(["anonymize", "blur", "--in", str(image_folder), "--out", out, "--quiet"]) == 2
-    assert "unknown method 'blur'" in capsys.readouterr().err
+    assert main(["anonymize", "smudge", "--in", str(image_folder), "--out", out, "--quiet"]) == 2
+    assert "unknown method 'smudge'" in capsys.readouterr().err
     assert main(["anonymize", "vs-snow", "--in", str(image_folder), "--out", out, "--quiet"]) == 2
     assert "needs vessel masks" in capsys.readouterr().err
     assert main(["anonymize", "snow", "--in", str(tmp_path / "missing"), "--out", out, "--quiet"]) == 2
@@ -219,5 +223,169 @@ def test_a_written_cohort_folder_anonymizes_its_images_not_its_masks(tmp_path):
         output = tmp_path / f"out-{method}"
         written = anonymize_folder(method, folder, output, options={"p": 0.5}, progress=False)
         assert len(written) == len(cohort)
-        assert all(path.parent == output for path in written), "only the cohort's images/ are anonymized"
+        assert all(path.parent == output / "images" for path in written), "the cohort's images/ only, same layout"
         assert not (output / "masks").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Every method on folders written by `anonpaper cohort generate` (smoke size: 64 px, a few patients)
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cohorts(tmp_path_factory):
+    """A fundus (RGB, vessel masks) and a chest X-ray (grayscale) cohort written by the CLI."""
+    root = tmp_path_factory.mktemp("cohorts")
+    assert main(["cohort", "generate", "phantom-retina", "--out", str(root / "fundus"), "--n-patients", "7",
+                 "--image-size", "64", "--seed", "2", "--quiet"]) == 0
+    assert main(["cohort", "generate", "phantom-cxr", "--out", str(root / "cxr"), "--n-patients", "6", "--image-size",
+                 "64", "--seed", "2", "-o", "images_per_patient", "2", "--quiet"]) == 0
+    return {"fundus": root / "fundus", "cxr": root / "cxr"}
+
+
+def release_of(cohort: Path, out: Path) -> tuple[pd.DataFrame, dict, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The release's pairing, parameters, released images and their source images (by image id)."""
+    pairing = pd.read_csv(out / "pairing.csv", dtype=str)
+    record = json.loads((out / "release.json").read_text())
+    released = {Path(name).stem: read_image(out / name) for name in pairing["file"]}
+    sources = {Path(name).stem: read_image(cohort / name) for name in pairing["source"]}
+    return pairing, record, released, sources
+
+
+def check_layout(cohort: Path, out: Path, method: str) -> tuple[pd.DataFrame, dict, dict, dict]:
+    """The release keeps the cohort's layout (images/<id>.png, same ids, shapes and channels) and describes itself."""
+    manifest = pd.read_csv(cohort / "manifest.csv", dtype=str)
+    pairing, record, released, sources = release_of(cohort, out)
+    assert sorted(path.name for path in out.iterdir()) == ["images", "pairing.csv", "release.json"]
+    assert sorted(pairing["file"]) == sorted(manifest["image_path"]) == sorted(pairing["source"])
+    assert dict(zip(pairing["file"], pairing["patient_id"])) == dict(zip(manifest["image_path"], manifest["patient_id"]))
+    assert record["method"] == method and record["layout"] == "cohort" and record["images"] == len(manifest)
+    assert record["patients"] == manifest["patient_id"].nunique()
+    for key, image in released.items():
+        assert image.shape == sources[key].shape and image.dtype == np.uint8, key
+    return pairing, record, released, sources
+
+
+METHOD_OPTIONS = {"blur": ["-o", "sigma", "1.5"], "pixelate": ["-o", "block", "8"],
+                  "gaussian-noise": ["-o", "sigma", "0.2", "-o", "seed", "4"], "constant": [],
+                  "k-same-pixel": ["-o", "k", "2"], "snow": ["--p", "0.3"], "vs-snow": ["-o", "p", "0.5"]}
+
+
+def test_every_method_is_registered_and_has_a_cli_test():
+    assert set(available()) == set(METHOD_OPTIONS)
+
+
+@pytest.mark.parametrize("modality", ["fundus", "cxr"])
+@pytest.mark.parametrize("method", sorted(METHOD_OPTIONS))
+def test_every_method_on_a_written_cohort(cohorts, tmp_path, method, modality):
+    cohort = cohorts[modality]
+    before = folder_digest(cohort)
+    out = tmp_path / "release"
+    code = main(["anonymize", method, "--in", str(cohort), "--out", str(out), "--quiet", *METHOD_OPTIONS[method]])
+    if method == "vs-snow" and modality == "cxr":  # a chest X-ray cohort has no vessel masks
+        assert code == 2 and not out.exists()
+        return
+    assert code == 0
+    assert folder_digest(cohort) == before  # the inputs are never written to
+    pairing, record, released, sources = check_layout(cohort, out, method)
+    keys = sorted(released)
+    changed = [not np.array_equal(released[key], sources[key]) for key in keys]
+    assert all(changed), f"{method} left images unchanged"
+    if method == "blur":
+        assert record["options"] == {"sigma": 1.5}
+        for key in keys:  # blur smooths: neighbouring pixels differ less
+            def roughness(image):
+                return np.abs(np.diff(image.astype(float), axis=0)).mean()
+            assert roughness(released[key]) < roughness(sources[key])
+    elif method == "pixelate":
+        assert record["options"] == {"block_size": 8}
+        for key in keys:
+            blocks = released[key].reshape(8, 8, 8, 8, -1)
+            assert (blocks == blocks[:, :1, :, :1]).all(), "every 8 x 8 block holds one value"
+    elif method == "gaussian-noise":
+        assert record["options"] == {"sigma": 0.2} and record["seed"] == 4
+        difference = np.concatenate([(released[key].astype(float) - sources[key]).ravel() for key in keys])
+        middle = np.concatenate([((sources[key] > 80) & (sources[key] < 175)).ravel() for key in keys])
+        assert abs(difference[middle].std() / 255 - 0.2) < 0.03  # unclipped values move by sigma
+    elif method == "constant":
+        stacked = np.stack([sources[key] for key in keys]).astype(np.float64)
+        expected = np.round(stacked.reshape(len(keys), -1, stacked.shape[-1] if stacked.ndim == 4 else 1)
+                            .mean(axis=(0, 1)))
+        computed = record["options_from_the_folder"]
+        assert record["options"] == {"value": None} and len(computed) == 1
+        for key in keys:
+            values = np.unique(released[key].reshape(-1, released[key].shape[-1] if released[key].ndim == 3 else 1),
+                               axis=0)
+            assert np.array_equal(values, expected[None]), key
+    elif method == "k-same-pixel":
+        patient_of = dict(zip((Path(name).stem for name in pairing["file"]), pairing["patient_id"]))
+        groups: dict[bytes, list[str]] = {}
+        for key in keys:
+            groups.setdefault(released[key].tobytes(), []).append(key)
+        for members in groups.values():
+            assert len({patient_of[key] for key in members}) >= 2, "a cluster holds at least k = 2 patients"
+            mean = np.mean([sources[key].astype(float) for key in members], axis=0)
+            assert np.abs(released[members[0]] - mean).max() <= 0.5 + 1e-9, "the cluster's mean image"
+        for patient in set(patient_of.values()):  # a patient's images stay in one cluster
+            assert len({released[key].tobytes() for key in keys if patient_of[key] == patient}) == 1
+
+
+def test_k_same_pixel_on_a_plain_folder_needs_its_patients(tmp_path, capsys):
+    folder, images = rgb_folder(tmp_path, count=4)
+    out = tmp_path / "out"
+    assert main(["anonymize", "k-same-pixel", "--in", str(folder), "--out", str(out), "-o", "k", "2", "--quiet"]) == 2
+    assert "-o patients CSV" in capsys.readouterr().err and not out.exists()
+    patients = tmp_path / "patients.csv"
+    pd.DataFrame({"file": ["img0.png", "img1.png", "img2.png"], "patient": ["a", "a", "b"]}).to_csv(patients,
+                                                                                                  index=False)
+    assert main(["anonymize", "k-same-pixel", "--in", str(folder), "--out", str(out), "-o", "k", "2", "-o",
+                 "patients", str(patients), "--quiet"]) == 2
+    assert "img3.png: no row in" in capsys.readouterr().err and not out.exists()
+    pd.DataFrame({"file": [f"img{i}.png" for i in range(4)], "patient": ["a", "a", "b", "c"]}).to_csv(patients,
+                                                                                                    index=False)
+    assert main(["anonymize", "k-same-pixel", "--in", str(folder), "--out", str(out), "-o", "k", "2", "-o",
+                 "patients", str(patients), "--quiet"]) == 0
+    pairing = pd.read_csv(out / "pairing.csv", dtype=str)
+    assert pairing["patient_id"].tolist() == ["a", "a", "b", "c"] and pairing["file"].tolist() == sorted(images)
+    # Patient a's two images share a cluster; with 3 patients and k = 2 one cluster of 3 patients: all equal.
+    assert len({read_image(out / name).tobytes() for name in images}) == 1
+
+
+@pytest.mark.parametrize("method, extra, message", [
+    ("blur", ["-o", "sigma", "-1"], "option sigma must be a finite number >= 0"),
+    ("pixelate", ["-o", "block", "0"], "option block_size must be a whole number >= 1"),
+    ("pixelate", ["-o", "block", "2.5"], "option block_size must be a whole number >= 1"),
+    ("gaussian-noise", ["-o", "sigma", "nan"], "option sigma must be a finite number"),
+    ("constant", ["-o", "value", "[300, 0, 0]"], "option value must hold numbers in [0, 255]"),
+    ("constant", ["-o", "value", "[10, 20, 30]"], "gray.png: value must hold one value per channel (1)"),
+    ("k-same-pixel", ["-o", "k", "0"], "option k must be a whole number >= 1"),
+    ("blur", ["-o", "masks", "somewhere"], "takes no masks option"),
+])
+def test_bad_baseline_options_exit_2(image_folder, tmp_path, capsys, method, extra, message):
+    out = tmp_path / "out"
+    assert main(["anonymize", method, "--in", str(image_folder), "--out", str(out), "--quiet", *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_seeded_noise_does_not_depend_on_the_other_files(tmp_path):
+    folder, _ = rgb_folder(tmp_path, count=3)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "img1.png").write_bytes((folder / "img1.png").read_bytes())
+    for source, out in ((folder, tmp_path / "o1"), (alone, tmp_path / "o2")):
+        assert main(["anonymize", "gaussian-noise", "--in", str(source), "--out", str(out), "--quiet"]) == 0
+    assert (tmp_path / "o1" / "img1.png").read_bytes() == (tmp_path / "o2" / "img1.png").read_bytes()
+
+
+def test_a_method_that_mixes_patients_takes_the_whole_set_with_its_patients():
+    from anonpaper.methods import get
+
+    ksame = get("k-same-pixel", k=2)
+    images = np.arange(4, dtype=np.uint8).reshape(4, 1, 1, 1) * 50
+    with pytest.raises(ValueError, match="anonymizes a whole set at once"):
+        ksame.one(images[0], seed=0)
+    with pytest.raises(ValueError, match="needs the patient of every image"):
+        ksame(images, seed=0)
+    with pytest.raises(ValueError, match="a missing one"):
+        ksame(images, seed=0, patients=["a", "b", None, "c"])
+    # Patients, not images, are the unit: two images of one patient never make a cluster of k = 2 on their own.
+    result = ksame(images, seed=0, patients=["a", "a", "b", "b"]).ravel().tolist()
+    assert result == [75, 75, 75, 75]

@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 
 from anonpaper.cli import main
-from anonpaper.methods.registry import available
 
 pytestmark = pytest.mark.unit
 
@@ -31,13 +30,12 @@ def digest(folder: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    """A written phantom cohort and its anonymized release (blur where registered, else Snow at p = 0.5)."""
+    """A written phantom cohort and its release by Gaussian blur (sigma 1 px), both written by the CLI."""
     root = tmp_path_factory.mktemp("audit-cli")
     cohort, released = root / "cohort", root / "released"
     assert main(["cohort", "generate", "phantom-retina", "--out", str(cohort), "--n-patients", "24", "--image-size",
                  "64", "--seed", "1", "-o", "images_per_patient", "[2, 3]", "-o", "sex_effect", "8", "--quiet"]) == 0
-    method = ["blur"] if "blur" in available() else ["snow", "-o", "p", "0.5"]
-    assert main(["anonymize", *method, "--in", str(cohort), "--out", str(released), "--quiet"]) == 0
+    assert main(["anonymize", "blur", "-o", "sigma", "1", "--in", str(cohort), "--out", str(released), "--quiet"]) == 0
     return cohort, released
 
 
@@ -77,8 +75,9 @@ def test_audit_of_a_plain_folder_with_a_labels_csv(folders, tmp_path):
     pd.DataFrame({"file": table["image_id"] + ".png", "patient": table["patient_id"], "sex": table["sex"],
                   "dr_grade": table["dr_grade"]}).to_csv(labels, index=False)
     out = tmp_path / "report"
-    assert main(["audit", "--original", str(plain), "--released", str(released), "--labels", str(labels), "--out",
-                 str(out), "--quiet", *TINY]) == 0
+    # A plain copy of the cohort's images/ pairs with the release's images/ (same relative paths).
+    assert main(["audit", "--original", str(plain), "--released", str(released / "images"), "--labels", str(labels),
+                 "--out", str(out), "--quiet", *TINY]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["inputs"]["labels"] == str(labels) and "dr_grade" in report["utility"]
 
@@ -93,16 +92,16 @@ def _refused(capsys, arguments: list[str], *expected: str) -> None:
 def test_bad_folders_are_refused_naming_the_file(folders, tmp_path, capsys):
     cohort, released = folders
     out = str(tmp_path / "out")
-    # An unpaired released file.
+    # An unpaired released file (the release keeps the cohort's layout: its images are under images/).
     extra = tmp_path / "extra"
     shutil.copytree(released, extra)
-    cv2.imwrite(str(extra / "stray.png"), np.zeros((64, 64, 3), np.uint8))
+    cv2.imwrite(str(extra / "images" / "stray.png"), np.zeros((64, 64, 3), np.uint8))
     _refused(capsys, ["--original", str(cohort), "--released", str(extra), "--out", out], "stray.png",
              "unpaired file")
     # A released image of another size.
     resized = tmp_path / "resized"
     shutil.copytree(released, resized)
-    first = sorted(resized.glob("*.png"))[0]
+    first = sorted((resized / "images").glob("*.png"))[0]
     cv2.imwrite(str(first), np.zeros((32, 32, 3), np.uint8))
     _refused(capsys, ["--original", str(cohort), "--released", str(resized), "--out", out], first.name,
              "must keep the originals' size")
@@ -111,7 +110,7 @@ def test_bad_folders_are_refused_naming_the_file(folders, tmp_path, capsys):
     few = tmp_path / "few"
     few.mkdir()
     for image_id in table[table["patient_id"].isin(table["patient_id"].unique()[:3])]["image_id"]:
-        shutil.copy(released / f"{image_id}.png", few)
+        shutil.copy(released / "images" / f"{image_id}.png", few)
     _refused(capsys, ["--original", str(cohort), "--released", str(few), "--out", out], str(few),
              "covers 3 patients", "min_patients_per_attacker")
     # The report folder inside an input folder; --labels for a cohort folder; an unknown setting.
@@ -131,7 +130,7 @@ def test_bad_labels_csv_is_refused_naming_the_problem(folders, tmp_path, capsys)
     table = pd.read_csv(cohort / "manifest.csv")
     good = pd.DataFrame({"file": table["image_id"] + ".png", "patient": table["patient_id"], "sex": table["sex"]})
     labels = tmp_path / "labels.csv"
-    arguments = ["--original", str(plain), "--released", str(released), "--labels", str(labels), "--out",
+    arguments = ["--original", str(plain), "--released", str(released / "images"), "--labels", str(labels), "--out",
                  str(tmp_path / "out")]
     _refused(capsys, arguments[:4] + arguments[6:], "plain image folder", "give --labels")
     good.assign(patient=good["patient"].where(good.index != 4, "")).to_csv(labels, index=False)

@@ -1,4 +1,5 @@
-"""Trivial anonymisation baselines at a matched distortion: Gaussian blur and pixelation at a target PSNR.
+"""Trivial anonymisation baselines: Gaussian blur, pixelation, additive Gaussian noise and a constant image, and
+blur and pixelation at a matched distortion (a target PSNR).
 
 A generative anonymisation changes an image by some amount; to ask what the generative model buys, compare it with a
 trivial distortion of the same strength: blur or pixelate every image until its PSNR against the original equals the
@@ -10,6 +11,11 @@ as GMIA reports it).
   same as ``scipy.ndimage.gaussian_filter(x, sigma, mode="nearest", truncate=4.0)``; ``sigma = 0`` is the identity.
 * :func:`pixelate`: every ``b x b`` block (aligned at the top-left corner; partial blocks at the right and bottom
   edges) replaced by its mean.
+* :func:`gaussian_noise`: independent zero-mean Gaussian noise of standard deviation ``sigma`` (in [0, 1] intensity
+  units) added to every value, clipped to [0, 1]; the draws come from NumPy's PCG64 seeded by ``seed``, so one seed
+  gives the same noise on every device.
+* :func:`constant_images`: every image replaced by one constant image (a value per channel): the zero-information
+  release, which keeps nothing of any patient.
 * :func:`blur_to_psnr`: bisection on sigma. Blurring more never raises the error for a Gaussian (every frequency's
   gain ``exp(-sigma^2 omega^2 / 2)`` falls with sigma), so PSNR decreases with sigma and bisection converges; the
   search stops when the PSNR is within ``tolerance`` dB of the target.
@@ -24,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -138,6 +145,60 @@ def pixelate(images: torch.Tensor, block_size) -> torch.Tensor:
         means = sums / counts
         output[chosen] = means.repeat_interleave(b, dim=2).repeat_interleave(b, dim=3)[:, :, :height, :width]
     return output
+
+
+def gaussian_noise(images: torch.Tensor, sigma: float, seed: int) -> torch.Tensor:
+    """Add zero-mean Gaussian noise of standard deviation ``sigma`` and clip to [0, 1].
+
+    Args:
+        images: (N, C, H, W) float in [0, 1]. Not modified.
+        sigma: Noise standard deviation in [0, 1] intensity units (0.1 = a tenth of the full range), >= 0.
+        seed: Non-negative seed of the draws (NumPy PCG64, the same on every device); image i takes the i-th block.
+
+    Returns:
+        (N, C, H, W) noisy images in [0, 1], same dtype and device.
+
+    Example:
+        >>> x = torch.full((1, 1, 2, 2), 0.5)
+        >>> torch.equal(gaussian_noise(x, 0.0, seed=0), x), bool((gaussian_noise(x, 0.1, seed=0) != x).any())
+        (True, True)
+    """
+    images = check_images(images, "images")
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not math.isfinite(sigma) or sigma < 0:
+        raise ValueError(f"sigma: expected a finite number >= 0 (intensity units, 1 = full range), observed {sigma!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative integer, observed {seed!r}")
+    if sigma == 0:
+        return images.clone()
+    noise = np.random.Generator(np.random.PCG64(int(seed))).standard_normal(tuple(images.shape), dtype=np.float32)
+    noise = torch.from_numpy(noise).to(device=images.device, dtype=images.dtype)
+    return (images + float(sigma) * noise).clamp(0.0, 1.0)
+
+
+def constant_images(images: torch.Tensor, value) -> torch.Tensor:
+    """One constant image in place of every image (the zero-information release).
+
+    Args:
+        images: (N, C, H, W) float in [0, 1]; only its shape, dtype and device are used.
+        value: The constant in [0, 1]: a scalar or one value per channel (C,).
+
+    Returns:
+        (N, C, H, W) tensor whose every pixel of channel c is ``value[c]``.
+
+    Example:
+        >>> constant_images(torch.zeros(2, 3, 1, 1), [0.1, 0.5, 1.0]).flatten().tolist()[:3]
+        [0.10000000149011612, 0.5, 1.0]
+    """
+    images = check_images(images, "images")
+    channels = images.shape[1]
+    values = torch.as_tensor(value, dtype=torch.float64).flatten()
+    if values.numel() == 1:
+        values = values.expand(channels)
+    if values.numel() != channels:
+        raise ValueError(f"value: expected a scalar or {channels} values (one per channel), observed {values.numel()}")
+    if not bool(torch.isfinite(values).all()) or bool((values < 0).any()) or bool((values > 1).any()):
+        raise ValueError(f"value: expected values in [0, 1], observed {values.tolist()}")
+    return values.to(device=images.device, dtype=images.dtype).view(1, channels, 1, 1).expand_as(images).clone()
 
 
 def _check_target(target_psnr: float, tolerance: float) -> tuple[float, float]:
