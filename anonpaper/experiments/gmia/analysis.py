@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from anonpaper.experiments.display import format_value
 from anonpaper.experiments.gmia.pipeline import (BLUR, CO_RECON, E_RECON, ID_ONLY, INDEPENDENT, PIXELATE, REAL,
                                                  UT_ONLY, Outcome, adaptive_name, main_name)
 
@@ -229,8 +230,8 @@ def not_reproduced(outcome: Outcome, claims) -> list[str]:
     undecided (with the paper's and our numbers), and every Table 1 number of ours on the wrong side of the
     paper's (absolute fidelity: PSNR, SSIM, IW-SSIM below, or LPIPS above, the paper's value; our LPIPS is a domain
     LPIPS, so that comparison is indicative only)."""
-    lines = [f"- **{claim.id}** ({claim.verdict}): {claim.statement}. Paper {claim.paper}; ours {claim.ours}."
-             for claim in claims if claim.verdict != "holds"]
+    lines = [f"- **{claim.id}** ({claim.verdict}): {claim.statement}. Paper {format_value(claim.paper)}; ours "
+             f"{format_value(claim.ours)}." for claim in claims if claim.verdict != "holds"]
     first = table1(outcome)
     for scheme, row in first.iterrows():
         worse = [f"{metric} {row[metric]:.3f} (paper {row[f'{metric} paper']:.3f})" for metric in QUALITY_METRICS

@@ -350,7 +350,7 @@ def ablation_claim(outcome: Outcome) -> Claim:
     order = " < ".join(sorted(fd, key=fd.get))
     note = f"our order {order}, the paper's +both < +lesion < +vessel < plain; {kimg:g} kimg each"
     if key == "fd_attacker":
-        note += f"; FD (vessel U-Net) {({v: _round(float(table.loc[v, 'fd']), 3) for v in table.index})}"
+        note += "; FD (vessel U-Net) " + ", ".join(f"{v} {_round(float(table.loc[v, 'fd']), 3)}" for v in table.index)
     return decide("vascular-ablation-fd", statement, paper=paper, ours={**fd, **_power(se)}, rule="directional",
                   effect=effect, se=se,
                   quantity=f"{'FD (attacker embedding)' if key == 'fd_attacker' else 'FD'} plain - +both",
