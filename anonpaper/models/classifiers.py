@@ -7,7 +7,6 @@ gamma 0.6). ImageNet weights are not available offline, so every network here st
 
 from __future__ import annotations
 
-import warnings
 from typing import Sequence
 
 import numpy as np
@@ -76,11 +75,7 @@ def build_classifier(name: str, in_channels: int, num_classes: int) -> nn.Module
         raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
     if name == "small_cnn":
         return SmallCNN(in_channels, num_classes)
-    with warnings.catch_warnings():
-        # timm imports huggingface_hub, which imports tqdm.auto: in a notebook kernel without ipywidgets that warns
-        # "IProgress not found" on stderr, onto the book's page. No progress bar is ever drawn here.
-        warnings.filterwarnings("ignore", message="IProgress not found")
-        import timm
+    import timm  # its huggingface_hub imports tqdm.auto: anonpaper/__init__.py silences the notebook warning
 
     return timm.create_model(name, pretrained=False, in_chans=in_channels, num_classes=num_classes)
 
