@@ -39,6 +39,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
+        # mkstemp creates the file readable by its owner only; a written record, notebook or weights file gets the
+        # mode an ordinary open() would give it (0666 less the umask).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):

@@ -147,6 +147,17 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):
     assert target.read_bytes() == b"old" and len(list(tmp_path.iterdir())) == 1
 
 
+def test_atomic_write_gives_the_file_the_ordinary_mode(tmp_path):
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        atomic_write_bytes(tmp_path / "record.json", b"{}")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "record.json").stat().st_mode & 0o777 == 0o644  # mkstemp alone gives 0o600
+
+
 def test_checkpoint_round_trip_restores_rng(tmp_path):
     assert load_checkpoint(tmp_path / "none.pt") is None
     seed_everything(0)
