@@ -11,7 +11,6 @@ interpreter, for a before/after comparison. Rows are appended to ``benchmarks/re
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.metadata
 import os
 import platform
@@ -22,6 +21,8 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from result_rows import append_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "cli.csv"
@@ -74,14 +75,7 @@ def main() -> int:
                      "target_seconds": target, "meets_target": wall <= target, **common})
         print(f"{label:<20} median {wall:.3f} s wall, {cpu:.3f} s CPU (target {target} s; runs "
               f"{', '.join(f'{value:.2f}' for value in walls)})")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    new_file = not args.output.exists()
-    with open(args.output, "a", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=FIELDS, lineterminator="\n")
-        if new_file:
-            writer.writeheader()
-        writer.writerows(rows)
-    print(f"appended {len(rows)} rows to {args.output}")
+    print(f"appended {append_rows(args.output, FIELDS, rows)} rows to {args.output}")
     return 0
 
 

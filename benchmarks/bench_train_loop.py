@@ -28,7 +28,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import csv
 import platform
 import sys
 import time
@@ -44,6 +43,7 @@ from anonpaper.models.normalization import InputNormalization, channel_statistic
 from anonpaper.runtime import git_sha
 from anonpaper.train import classifier as classifier_module
 from anonpaper.train.loop import TrainSettings
+from result_rows import append_rows
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_loop.csv"
 FIELDS = ["loop", "model", "image_size", "batch", "images", "val_images", "epochs", "images_per_s", "ratio_to_plain",
@@ -188,23 +188,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.epochs * args.images / seconds[1]:9.1f} img/CPU-s", flush=True)
     rates = {loop: args.epochs * args.images / seconds[0] for loop, seconds in best.items()}
     cpu_rates = {loop: args.epochs * args.images / seconds[1] for loop, seconds in best.items()}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    new_file = not args.output.exists()
-    with open(args.output, "a", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=FIELDS, lineterminator="\n")
-        if new_file:
-            writer.writeheader()
-        for loop in ("plain", "package"):
-            writer.writerow({
-                "loop": loop, "model": args.model, "image_size": args.size, "batch": args.batch,
-                "images": args.images, "val_images": args.val_images if loop == "package" else 0,
-                "epochs": args.epochs, "images_per_s": f"{rates[loop]:.1f}",
-                "ratio_to_plain": f"{rates['package'] / rates['plain']:.3f}" if loop == "package" else "",
-                "images_per_cpu_s": f"{cpu_rates[loop]:.1f}",
-                "cpu_ratio_to_plain": f"{cpu_rates['package'] / cpu_rates['plain']:.3f}" if loop == "package" else "",
-                "device": str(device), "device_name": _device_name(device), "threads": torch.get_num_threads(),
-                "torch": torch.__version__, "git_commit": git_sha() or "", "rounds": args.rounds,
-                "note": args.note, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    append_rows(args.output, FIELDS, ({
+        "loop": loop, "model": args.model, "image_size": args.size, "batch": args.batch,
+        "images": args.images, "val_images": args.val_images if loop == "package" else 0,
+        "epochs": args.epochs, "images_per_s": f"{rates[loop]:.1f}",
+        "ratio_to_plain": f"{rates['package'] / rates['plain']:.3f}" if loop == "package" else "",
+        "images_per_cpu_s": f"{cpu_rates[loop]:.1f}",
+        "cpu_ratio_to_plain": f"{cpu_rates['package'] / cpu_rates['plain']:.3f}" if loop == "package" else "",
+        "device": str(device), "device_name": _device_name(device), "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "git_commit": git_sha() or "", "rounds": args.rounds,
+        "note": args.note, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        for loop in ("plain", "package")))
     print(f"plain {rates['plain']:.1f} img/s, package {rates['package']:.1f} img/s "
           f"(ratio {rates['package'] / rates['plain']:.3f}; per CPU second {cpu_rates['plain']:.1f} and "
           f"{cpu_rates['package']:.1f}, ratio {cpu_rates['package'] / cpu_rates['plain']:.3f}); rows appended to "
