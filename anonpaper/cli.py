@@ -302,8 +302,26 @@ def _cmd_anonymize(args) -> int:
         if "p" in options:
             raise UsageError("give the fraction once: --p or -o p, not both")
         options["p"] = args.replace_fraction
-    anonymize_folder(args.method, Path(args.input), Path(args.output), options=options,
-                     progress=not args.quiet)
+    method = args.method
+    from anonpaper.experiments.releases import BUILDERS, gan_method, is_gan_method
+
+    if is_gan_method(method):
+        # A GAN method: the networks and recipe of the chapter that reproduces it, at a profile.
+        from anonpaper.runner.studies import study_config
+
+        profile = str(options.pop("profile", "quick"))
+        try:
+            chapter_config = study_config(BUILDERS[method.replace("_", "-")][1], profile, args.project)
+            generators_profile = getattr(chapter_config, "generators_profile", None)
+            generator_config = None if generators_profile is None else study_config("02_generators",
+                                                                                     generators_profile, args.project)
+        except ValueError as error:
+            raise UsageError(f"-o profile: {error}") from None
+        method = gan_method(method, chapter_config, generator_config,
+                            log=(lambda line: None) if args.quiet else print, progress=not args.quiet)
+    elif "profile" in options:
+        raise UsageError(f"method {args.method!r} takes no profile option (the GAN methods do)")
+    anonymize_folder(method, Path(args.input), Path(args.output), options=options, progress=not args.quiet)
     return 0
 
 
@@ -379,9 +397,14 @@ def _method_summaries() -> str:
     from anonpaper.runner.light_import import package_inits_skipped
 
     with package_inits_skipped():
+        from anonpaper.experiments.releases import GAN_METHODS
         from anonpaper.methods.registry import available, spec
 
-        return ", ".join(f"{name} ({spec(name).summary})" for name in available())
+        return ", ".join([f"{name} ({spec(name).summary})" for name in available()]
+                         + [f"{name} ({summary})" for name, summary in GAN_METHODS.items()]) + (
+            "; the GAN methods take -o profile smoke|quick|paper: the networks and recipe of the chapter that "
+            "reproduces the method at that profile (shipped weights, else the cache, else trained first; default "
+            "quick)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -498,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fraction of pixels replaced (Snow, VS-Snow; default 0.3); same as -o p VALUE")
     p.add_argument("-o", "--option", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="method option, e.g. -o seed 3, -o sigma 2 (blur, gaussian-noise), -o block 8 (pixelate), "
-                        "-o k 5 (k-same-pixel), -o masks DIR (vs-snow), -o patients CSV (k-same-pixel on a plain "
+                        "-o k 5 (k-same-pixel, k-salsa), -o masks DIR (vs-snow), -o patients CSV (k-same-pixel on a plain "
                         "folder: columns file, patient)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_anonymize)

@@ -389,3 +389,135 @@ def test_a_method_that_mixes_patients_takes_the_whole_set_with_its_patients():
     # Patients, not images, are the unit: two images of one patient never make a cluster of k = 2 on their own.
     result = ksame(images, seed=0, patients=["a", "a", "b", "b"]).ravel().tolist()
     assert result == [75, 75, 75, 75]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# k-SALSA (a GAN method: the generators chapter's smoke fundus StyleGAN2, trained into the test cache in seconds)
+# ---------------------------------------------------------------------------------------------------------------
+K_SALSA_SMOKE = ["-o", "profile", "smoke", "-o", "projector_steps", "2", "-o", "alignment_steps", "1"]
+
+
+def test_k_salsa_on_a_written_fundus_cohort_releases_one_synthetic_image_per_cluster(cohorts, tmp_path):
+    cohort = cohorts["fundus"]
+    before = folder_digest(cohort)
+    out = tmp_path / "release"
+    assert main(["anonymize", "k-salsa", "--in", str(cohort), "--out", str(out), "--quiet", "-o", "k", "2",
+                 *K_SALSA_SMOKE]) == 0
+    assert folder_digest(cohort) == before
+    pairing, record, released, sources = check_layout(cohort, out, "k-salsa")
+    assert record["options"] == {"k": 2, "projector_steps": 2, "alignment_steps": 1}
+    patient_of = dict(zip((Path(name).stem for name in pairing["file"]), pairing["patient_id"]))
+    groups: dict[bytes, list[str]] = {}
+    for key, image in released.items():
+        assert not np.array_equal(image, sources[key]), f"{key}: k-SALSA releases a synthetic image"
+        groups.setdefault(image.tobytes(), []).append(key)
+    assert 1 < len(groups) <= len(set(patient_of.values())) // 2
+    for members in groups.values():
+        assert len({patient_of[key] for key in members}) >= 2, "a cluster holds at least k = 2 patients"
+    for patient in set(patient_of.values()):  # a patient's images stay in one cluster
+        assert len({released[key].tobytes() for key in released if patient_of[key] == patient}) == 1
+
+
+def test_profile_is_refused_for_a_pixel_method(image_folder, tmp_path, capsys):
+    assert main(["anonymize", "blur", "--in", str(image_folder), "--out", str(tmp_path / "out"), "--quiet", "-o",
+                 "profile", "smoke"]) == 2
+    assert "takes no profile option" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Paper 1's vessel edit and its baselines (the smoke fundus StyleGAN2 and vessel U-Net, trained in seconds)
+# ---------------------------------------------------------------------------------------------------------------
+VESSEL_SMOKE = ["-o", "profile", "smoke", "-o", "projector_steps", "2", "-o", "score_images", "4"]
+
+
+@pytest.mark.parametrize("method", ["sspace-vessel-edit", "stylespace", "lowrankgan", "resefa"])
+def test_vessel_edits_on_a_written_fundus_cohort(cohorts, tmp_path, method):
+    cohort = cohorts["fundus"]
+    before = folder_digest(cohort)
+    out = tmp_path / "release"
+    assert main(["anonymize", method, "--in", str(cohort), "--out", str(out), "--quiet", *VESSEL_SMOKE]) == 0
+    assert folder_digest(cohort) == before
+    pairing, record, released, sources = check_layout(cohort, out, method)
+    assert record["options"] == {"alpha": 0.5, "projector_steps": 2, "score_images": 4}
+    assert all(not np.array_equal(released[key], sources[key]) for key in released), "a rendering, not the input"
+    assert len({image.tobytes() for image in released.values()}) == len(released), "one edit per image"
+
+
+def test_vessel_edit_strength_zero_releases_the_projection_and_one_moves_it(cohorts, tmp_path):
+    releases = {}
+    for alpha in ("0", "1"):
+        out = tmp_path / f"alpha-{alpha}"
+        assert main(["anonymize", "sspace-vessel-edit", "--in", str(cohorts["fundus"]), "--out", str(out), "--quiet",
+                     "-o", "alpha", alpha, *VESSEL_SMOKE]) == 0
+        releases[alpha] = release_of(cohorts["fundus"], out)[2]
+    moved = [np.abs(releases["1"][key].astype(int) - releases["0"][key]).mean() for key in releases["0"]]
+    assert min(moved) > 0, "alpha 1 moves the top channel away from the projection"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GMIA (the GMIA chapter's smoke networks: co-trained encoder and generator, E_id, E_ut; trained in seconds)
+# ---------------------------------------------------------------------------------------------------------------
+GMIA_SMOKE = ["-o", "profile", "smoke", "-o", "steps", "3"]
+
+
+def test_gmia_on_a_written_chest_x_ray_cohort(cohorts, tmp_path):
+    cohort = cohorts["cxr"]
+    before = folder_digest(cohort)
+    out = tmp_path / "release"
+    assert main(["anonymize", "gmia", "--in", str(cohort), "--out", str(out), "--quiet", *GMIA_SMOKE,
+                 "-o", "margin", "-0.3"]) == 0
+    assert folder_digest(cohort) == before
+    pairing, record, released, sources = check_layout(cohort, out, "gmia")
+    assert record["options"] == {"margin": -0.3, "steps": 3}
+    assert all(image.ndim == 2 for image in released.values()), "grayscale in, grayscale out"
+    assert all(not np.array_equal(released[key], sources[key]) for key in released), "a rendering, not the input"
+    # Deterministic: the same command gives the same release.
+    again = tmp_path / "again"
+    assert main(["anonymize", "gmia", "--in", str(cohort), "--out", str(again), "--quiet", *GMIA_SMOKE,
+                 "-o", "margin", "-0.3"]) == 0
+    assert folder_digest(out / "images") == folder_digest(again / "images")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The disentanglement identity swap (the disentanglement chapter's smoke networks, trained in seconds)
+# ---------------------------------------------------------------------------------------------------------------
+def test_identity_swap_on_a_written_chest_x_ray_cohort(cohorts, tmp_path):
+    cohort = cohorts["cxr"]
+    before = folder_digest(cohort)
+    releases = {}
+    for strength in ("0", "1"):
+        out = tmp_path / f"strength-{strength}"
+        assert main(["anonymize", "identity-swap", "--in", str(cohort), "--out", str(out), "--quiet", "-o", "profile",
+                     "smoke", "-o", "strength", strength, "-o", "seed", "3"]) == 0
+        pairing, record, releases[strength], sources = check_layout(cohort, out, "identity-swap")
+        assert record["options"] == {"modality": "cxr", "strength": float(strength)} and record["seed"] == 3
+    assert folder_digest(cohort) == before
+    moved = [np.abs(releases["1"][key].astype(int) - releases["0"][key]).mean() for key in releases["0"]]
+    assert min(moved) > 0, "a new identity changes the decoded image"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The learned methods refuse what they cannot anonymize, before anything is written
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("method, modality, extra, message", [
+    ("k-salsa", "cxr", [*K_SALSA_SMOKE[:3], "-o", "k", "2"], "3 channels"),  # RGB fundus images only
+    ("k-salsa", "fundus", [*K_SALSA_SMOKE[:3], "-o", "k", "8"], "k must be a whole number in [1, 7]"),  # 7 patients
+    ("k-salsa", "fundus", ["-o", "k", "2", "-o", "profile", "huge"], "-o profile"),
+    ("k-salsa", "fundus", [*K_SALSA_SMOKE[:3], "-o", "alignment_steps", "0"], "alignment_steps"),
+    ("sspace-vessel-edit", "cxr", VESSEL_SMOKE, "3 channels"),
+    ("sspace-vessel-edit", "fundus", [*VESSEL_SMOKE, "-o", "alpha", "1.5"], "'alpha' must be a number in [0, 1]"),
+    ("sspace-vessel-edit", "fundus", [*VESSEL_SMOKE, "-o", "score_images", "1"],
+     "'score_images' must be a whole number >= 2"),
+    ("gmia", "fundus", GMIA_SMOKE, "must have 1 channel"),
+    ("gmia", "cxr", [*GMIA_SMOKE, "-o", "margin", "2"], "'margin' must be a number in [-1, 1]"),
+    ("identity-swap", "fundus", ["-o", "profile", "smoke"], "must have 1 channel"),
+    ("identity-swap", "cxr", ["-o", "profile", "smoke", "-o", "modality", "face"], "'modality' must be one of"),
+    ("identity-swap", "cxr", ["-o", "profile", "smoke", "-o", "strength", "-0.1"],
+     "'strength' must be a number in [0, 1]"),
+])
+def test_learned_methods_refuse_bad_input_with_exit_2(cohorts, tmp_path, capsys, method, modality, extra, message):
+    out = tmp_path / "release"
+    assert main(["anonymize", method, "--in", str(cohorts[modality]), "--out", str(out), "--quiet", *extra]) == 2
+    error = capsys.readouterr().err
+    assert message in error, error
+    assert not list(out.glob("images/*")), "nothing is released"

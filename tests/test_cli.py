@@ -262,13 +262,17 @@ def test_help_listings_and_argument_errors_import_no_heavy_library(arguments, co
 
 
 def test_anonymize_help_names_every_registered_method():
-    """The help reads the registry without importing the methods; it lists exactly what the registry holds."""
+    """The help reads the registry and the learned methods without importing them; it lists exactly what the
+    registry and :data:`anonpaper.experiments.releases.GAN_METHODS` hold."""
     from anonpaper.cli import _method_summaries
+    from anonpaper.experiments.releases import GAN_METHODS
     from anonpaper.methods.registry import available, spec
 
     listed = _method_summaries()
-    assert listed == ", ".join(f"{name} ({spec(name).summary})" for name in available())
-    assert "snow (" in listed and "vs-snow (" in listed
+    names = [f"{name} ({spec(name).summary})" for name in available()]
+    names += [f"{name} ({summary})" for name, summary in GAN_METHODS.items()]
+    assert listed.startswith(", ".join(names) + "; the GAN methods take -o profile")
+    assert "snow (" in listed and "vs-snow (" in listed and "k-salsa (" in listed and "gmia (" in listed
 
 
 def test_specs_read_without_package_inits_equal_an_ordinary_import_and_leave_the_packages_whole():

@@ -21,6 +21,8 @@ the audit before any training with a ValueError naming the file and the problem.
 
 from __future__ import annotations
 
+import json
+
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,6 +259,19 @@ def read_folders(original_dir: str | Path, released_dir: str | Path, labels_csv:
                       tasks=tasks, original_keys=keys, released_files=files, notes=notes)
 
 
+def release_method(released_dir: Path) -> str | None:
+    """``"METHOD {options}"`` from the ``release.json`` that ``anonpaper anonymize`` writes beside a release (None
+    when there is none); ValueError names the file when it is not a release record."""
+    path = released_dir / "release.json"
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        return f"{record['method']} {json.dumps(record.get('options', {}), sort_keys=True)}"
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: not a release record written by `anonpaper anonymize` ({error})") from None
+
+
 def audit_folders(original_dir: str | Path, released_dir: str | Path, out_dir: str | Path, *,
                   labels_csv: str | Path | None = None, sensitive: str = "sex", overwrite: bool = False,
                   settings: AuditSettings | None = None, log: Callable[[str], None] | None = None) -> AuditReport:
@@ -294,5 +309,8 @@ def audit_folders(original_dir: str | Path, released_dir: str | Path, out_dir: s
     described = {"original": Path(original_dir), "released": Path(released_dir)}
     if labels_csv is not None:
         described["labels"] = Path(labels_csv)
+    method = release_method(Path(released_dir))
+    if method is not None:
+        described["method"] = method
     write_report(report, out_dir, inputs=described)
     return report

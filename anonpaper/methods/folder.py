@@ -37,6 +37,13 @@ k-same-pixel:
     under the folder, and ``patient``). Every image of a cluster of at least k patients is replaced by the cluster's
     mean image, so all images of one channel count must share one size.
 
+The learned methods (``k-salsa``, ``sspace-vessel-edit``, ``stylespace``, ``lowrankgan``, ``resefa``, ``gmia``,
+``identity-swap``) are built at the experiments layer around the chapters' trained networks
+(:mod:`anonpaper.experiments.releases`) and passed in as a :class:`~anonpaper.methods.registry.MethodSpec`; they
+take the whole folder at once (one size, one channel count). Their options: ``k`` (k-SALSA), ``alpha`` (the vessel
+edits), ``margin`` and ``steps`` (GMIA), ``modality`` and ``strength`` (identity swap), the inversion's step counts,
+and ``profile`` on the command line.
+
 A cohort folder written by ``anonpaper cohort generate`` (it holds ``cohort.json``) is read as a cohort: only its
 ``images/`` are anonymized (never its label masks under ``masks/``), the release keeps the layout (its images go to
 ``output_dir/images/``, with the same file names), the patients come from its ``manifest.csv``, and VS-Snow takes
@@ -62,7 +69,7 @@ import pandas as pd
 from anonpaper import __version__
 from anonpaper.cache import atomic_write_bytes
 from anonpaper.data.export import MANIFEST, MARKER as COHORT_MARKER
-from anonpaper.methods.registry import ImageAnonymizer, get
+from anonpaper.methods.registry import ImageAnonymizer, MethodSpec, get
 from anonpaper.runtime import content_hash
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
@@ -199,13 +206,20 @@ def _check_seed(seed: Any) -> int:
     return seed
 
 
+def _common_folder(files: list[tuple[Path, Path]]) -> Path:
+    """The folder that holds every file of ``files`` (``(path, relative)`` pairs of one input folder)."""
+    path, relative = files[0]
+    return Path(*path.parts[:len(path.parts) - len(relative.parts)])
+
+
 def _as_channels_last(image: np.ndarray) -> np.ndarray:
     return image[:, :, None] if image.ndim == 2 else image
 
 
 def _anonymize_whole_set(anonymizer: ImageAnonymizer, fitted: dict[int, ImageAnonymizer],
                          files: list[tuple[Path, Path]], patients: dict[str, str], seed: int) -> dict[Path, np.ndarray]:
-    """Results of a method that mixes patients: one call per channel count (RGB and grayscale apart)."""
+    """Results of a method that takes the whole set (mixes patients, or learns from the set): one call per channel
+    count (RGB and grayscale apart)."""
     loaded = {relative: read_image(path) for path, relative in files}
     results = {}
     for channels in sorted({_as_channels_last(image).shape[2] for image in loaded.values()}):
@@ -214,10 +228,15 @@ def _anonymize_whole_set(anonymizer: ImageAnonymizer, fitted: dict[int, ImageAno
         odd = next((relative for relative in group if loaded[relative].shape != first.shape), None)
         if odd is not None:
             raise ValueError(f"{odd.as_posix()}: shape {loaded[odd].shape} differs from {first.shape} of "
-                             f"{group[0].as_posix()}; {anonymizer.name} averages images, so they must share one size")
+                             f"{group[0].as_posix()}; {anonymizer.name} takes the set as one batch, so its images "
+                             "must share one size")
         batch = np.stack([_as_channels_last(loaded[relative]) for relative in group])
-        output = fitted.get(channels, anonymizer)(batch, seed=int(content_hash(seed, "whole set", channels), 16),
-                                                 patients=[patients[relative.as_posix()] for relative in group])
+        try:
+            output = fitted.get(channels, anonymizer)(batch, seed=int(content_hash(seed, "whole set", channels), 16),
+                                                     patients=None if patients is None else
+                                                     [patients[relative.as_posix()] for relative in group])
+        except ValueError as error:  # the method judges the whole set: name the folder and the images it read
+            raise ValueError(f"{_common_folder(files)}: {error}") from error
         for relative, image in zip(group, output):
             results[relative] = image[:, :, 0] if loaded[relative].ndim == 2 else image
     return results
@@ -240,13 +259,14 @@ def _release_record(anonymizer: ImageAnonymizer, fitted: dict[int, ImageAnonymiz
             "written_by": f"anonpaper {__version__} anonymize"}
 
 
-def anonymize_folder(method: str, input_dir: Path | str, output_dir: Path | str, options: dict[str, Any] | None = None,
+def anonymize_folder(method: str | MethodSpec, input_dir: Path | str, output_dir: Path | str, options: dict[str, Any] | None = None,
                      progress: bool = True) -> list[Path]:
     """Anonymize every image under ``input_dir`` into ``output_dir`` (same relative paths, PNG files), with
     ``pairing.csv`` and ``release.json`` beside them (module docstring).
 
     Args:
-        method: A registered method (:func:`anonpaper.methods.registry.available`).
+        method: A registered method (:func:`anonpaper.methods.registry.available`), or a
+            :class:`~anonpaper.methods.registry.MethodSpec` built around trained networks (the GAN methods).
         input_dir: Folder of 8-bit grayscale or RGB images (searched recursively), or a folder written by
             ``anonpaper cohort generate``. Never written to.
         output_dir: New or empty folder, not the input folder, not inside it and not containing it.
@@ -271,6 +291,7 @@ def anonymize_folder(method: str, input_dir: Path | str, output_dir: Path | str,
     masks_option = options.pop("masks", None)
     patients_option = options.pop("patients", None)
     anonymizer = get(method, **options)
+    method = anonymizer.name
     input_dir, output_dir = Path(input_dir), Path(output_dir)
     _check_folders(input_dir, output_dir)
     seed = _check_seed(seed)
@@ -317,7 +338,7 @@ def anonymize_folder(method: str, input_dir: Path | str, output_dir: Path | str,
 
     fitted = _folder_dataset_options(anonymizer, files)
     whole_set = _anonymize_whole_set(anonymizer, fitted, files, patients, seed) \
-        if anonymizer.method.needs_patients else None
+        if anonymizer.takes_whole_set else None
     iterator = files
     if progress:
         from tqdm.auto import tqdm

@@ -58,6 +58,9 @@ class MethodSpec:
         needs_masks: Whether ``apply`` needs region masks (e.g. vessels).
         needs_patients: Whether ``apply`` anonymizes a whole set at once and needs each image's patient (methods
             that mix patients, e.g. k-same); such a method has no per-image :meth:`ImageAnonymizer.one`.
+        whole_set: Whether ``apply`` takes the whole set at once without needing patients (a method that learns
+            something from the set first, e.g. the vessel edit's channel ranking); no per-image
+            :meth:`ImageAnonymizer.one` either. Implied by ``needs_patients``.
         dataset_options: ``dataset_options(images) -> options`` for the options left ``None`` that the method
             computes over a dataset; ``images`` is an iterable of uint8 ``(H, W, C)`` images of one channel count.
     """
@@ -70,6 +73,7 @@ class MethodSpec:
     aliases: dict[str, str] = field(default_factory=dict)
     needs_masks: bool = False
     needs_patients: bool = False
+    whole_set: bool = False
     dataset_options: Callable[[Iterable[np.ndarray]], dict[str, Any]] | None = None
 
 
@@ -134,6 +138,11 @@ class ImageAnonymizer:
         return self.method.name
 
     @property
+    def takes_whole_set(self) -> bool:
+        """Whether the method anonymizes a whole set in one call (``needs_patients`` or ``whole_set``)."""
+        return self.method.needs_patients or self.method.whole_set
+
+    @property
     def needs_fit(self) -> bool:
         """Whether dataset-level options are still missing (call :meth:`fit` first)."""
         # Options whose default is None are the ones dataset_options computes.
@@ -194,9 +203,9 @@ class ImageAnonymizer:
 
     def one(self, image: np.ndarray, *, seed: int, mask: np.ndarray | None = None) -> np.ndarray:
         """Anonymize one uint8 image ``(H, W)`` or ``(H, W, C)``; returns the same shape."""
-        if self.method.needs_patients:
-            raise ValueError(f"{self.name} mixes patients and anonymizes a whole set at once: call it on the batch "
-                             "with patients=")
+        if self.takes_whole_set:
+            raise ValueError(f"{self.name} anonymizes a whole set at once: call it on the batch"
+                             + (" with patients=" if self.method.needs_patients else ""))
         if not isinstance(image, np.ndarray) or image.ndim not in (2, 3):
             raise ValueError(f"{self.name}: image must be an array (H, W) or (H, W, C), got "
                              f"{getattr(image, 'shape', type(image).__name__)}")
@@ -205,9 +214,12 @@ class ImageAnonymizer:
         return np.ascontiguousarray(result[0, :, :, 0] if image.ndim == 2 else result[0])
 
 
-def get(name: str, **options: Any) -> ImageAnonymizer:
-    """The method ``name`` with ``options`` (aliases allowed), validated: a callable :class:`ImageAnonymizer`."""
-    method = spec(name)
+def get(name: str | MethodSpec, **options: Any) -> ImageAnonymizer:
+    """The method ``name`` with ``options`` (aliases allowed), validated: a callable :class:`ImageAnonymizer`.
+
+    ``name`` may also be a :class:`MethodSpec` that is not registered: a method built at a higher layer around
+    trained networks (e.g. :func:`anonpaper.experiments.k_salsa.release.k_salsa_method`)."""
+    method = name if isinstance(name, MethodSpec) else spec(name)
     resolved = resolve_options(method, options)
     method.validate(resolved)
     return ImageAnonymizer(method, resolved)

@@ -28,13 +28,12 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-import torch
-import torch.nn.functional as F
 
 from anonpaper import methods
 from anonpaper.audit import AuditReport, AuditSettings, audit_release
 from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
+from anonpaper.experiments.k_salsa.release import GENERATOR_KIND
 from anonpaper.experiments.tradeoffs.config import Config
 from anonpaper.runtime import content_hash, derive_seed
 
@@ -62,7 +61,6 @@ NOT_AUDITED = {
                                                "on its own iris and chest X-ray cohorts",
 }
 FUNDUS_TASK, CXR_TASK = "dr_3class", "findings"
-GENERATOR_KIND = "fundus-sg2"
 
 
 @dataclass(frozen=True)
@@ -197,15 +195,6 @@ def release(data: ModalityData, setting: Setting, config: Config,
     return anonymizer(sources, seed=seed, masks=masks, patients=patients)
 
 
-def _resize(images: torch.Tensor, size: int) -> torch.Tensor:
-    """Square ``[0, 1]`` images to ``size`` px (area when shrinking, bilinear when enlarging)."""
-    if images.shape[-1] == size:
-        return images
-    mode = "area" if images.shape[-1] > size else "bilinear"
-    kwargs = {} if mode == "area" else {"align_corners": False}
-    return F.interpolate(images, size=(size, size), mode=mode, **kwargs).clamp(0, 1)
-
-
 def ksalsa_releases(data: ModalityData, config: Config, generator_config: Any,
                     log: Callable[[str], None] = lambda line: None) -> tuple[dict[Setting, np.ndarray], dict]:
     """k-SALSA releases of the fundus members at every k of ``config.ksalsa_k_values``.
@@ -222,10 +211,9 @@ def ksalsa_releases(data: ModalityData, config: Config, generator_config: Any,
         ``({Setting: uint8 (M, H, W, 3)}, details)``; details hold the generator's source and kimg, the
         inversion's mean PSNR and the seconds.
     """
-    from anonpaper.experiments.generators import generator_description, load_generator
+    from anonpaper.experiments.generators import generator_description
     from anonpaper.experiments.k_salsa import Config as KSalsaConfig
-    from anonpaper.experiments.k_salsa.pipeline import feature_network, feature_taps, invert
-    from anonpaper.methods.ksalsa import k_salsa_synthesize, same_size_clusters
+    from anonpaper.experiments.k_salsa.release import k_salsa_release
 
     recipe = KSalsaConfig()
     sources = data.images[data.member_rows]
@@ -237,30 +225,10 @@ def ksalsa_releases(data: ModalityData, config: Config, generator_config: Any,
                    "recipe": [recipe.alignment_lr, recipe.content_weight, recipe.style_weight, recipe.patch_grid]}
 
     def build() -> dict:
-        started = time.perf_counter()
-        trained = load_generator(GENERATOR_KIND, generator_config, progress=False)
-        generator = trained.generator
-        resolution = int(generator.resolution)
-        images = _resize(torch.from_numpy(sources).permute(0, 3, 1, 2).float() / 255.0, resolution)
-        log(f"k-SALSA: inverting {len(images)} member images ({config.projector_steps} projector steps)")
-        inversion = invert(generator, images, config.projector_steps, derive_seed(config.seed, "k-salsa-projector"))
-        network, _ = feature_network(generator_config)
-        taps = feature_taps(network, generator_config.cohort_size)
-        depth = len(taps(images[:1])) // 2
-        released = {}
-        for k in config.ksalsa_k_values:
-            log(f"k-SALSA: k = {k}")
-            labels = same_size_clusters(inversion.codes, int(k), patients)
-            result = k_salsa_synthesize(generator, inversion.codes, taps, labels=labels, member_images=images,
-                                        num_steps=config.alignment_steps, learning_rate=recipe.alignment_lr,
-                                        content_weight=recipe.content_weight, style_weight=recipe.style_weight,
-                                        patch_grid=recipe.patch_grid, content_tap=depth - 1, style_tap=0)
-            synthetic = _resize(result.aligned_images.cpu().float().clamp(0, 1), data.images.shape[1])
-            per_member = synthetic[torch.as_tensor(labels)]
-            released[float(k)] = (per_member * 255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
-        return {"released": released, "generator_source": trained.source, "generator_kimg": float(trained.kimg),
-                "resolution": resolution, "inversion_psnr": float(np.mean(inversion.psnr)),
-                "seconds": time.perf_counter() - started}
+        released, details = k_salsa_release(sources, patients, config.ksalsa_k_values, generator_config,
+                                            projector_steps=config.projector_steps,
+                                            alignment_steps=config.alignment_steps, seed=config.seed, log=log)
+        return {"released": released, **details}
 
     # Built by the k-SALSA chapter's inversion and the package's k-SALSA: keyed on that code, not on this chapter's.
     artifact = ArtifactCache("tradeoffs-ksalsa", owner="anonpaper.experiments.k_salsa.pipeline").get_or_create(

@@ -221,6 +221,22 @@ def train_dr_classifier(config, generator_config: GeneratorsConfig,
                               "source": classifier.source}
 
 
+def _vessel_segmenter(config, generator_config: GeneratorsConfig, progress: bool) -> tuple[Any, Any, dict]:
+    """``(cohort, trained vessel U-Net, training options)``: the vessel U-Net on :func:`vessel_cohort` with the
+    generators chapter's settings (so its cache serves both chapters)."""
+    vessels, vessel_mask = vessel_cohort(generator_config)
+    options = {"epochs": config.segmenter_epochs, "patch_size": min(64, generator_config.image_size),
+               "patches_per_epoch": 384, "seed": generator_config.seed, "progress": progress}
+    return vessels, trained_segmenter(vessels, vessel_mask, **options), options
+
+
+def vessel_segmenter(config, generator_config: GeneratorsConfig, progress: bool = False) -> tuple[torch.nn.Module,
+                                                                                                   float]:
+    """The chapter's vessel U-Net alone (eval mode) and its validation Dice, for edits outside the chapter."""
+    _, vessel, _ = _vessel_segmenter(config, generator_config, progress)
+    return vessel.model.eval(), float(vessel.val_dice)
+
+
 def load_instruments(config, generator_config: GeneratorsConfig, progress: bool = False) -> Instruments:
     """Train (or load from the cache) the instruments: the vessel U-Net on :func:`vessel_cohort` with the
     generators chapter's settings (so its cache serves both), the exudate U-Net and the keypoint detector on the
@@ -228,11 +244,7 @@ def load_instruments(config, generator_config: GeneratorsConfig, progress: bool 
     own cohort (the phantom, or the real copy)."""
     cohort = kind_cohort(FUNDUS_IMAGES, generator_config)
     phantom = load_cohort(PHANTOM_FUNDUS, **generator_config.phantom_options(FUNDUS_IMAGES))
-    vessels, vessel_mask = vessel_cohort(generator_config)
-    patch = min(64, generator_config.image_size)
-    options = {"epochs": config.segmenter_epochs, "patch_size": patch, "patches_per_epoch": 384,
-               "seed": generator_config.seed, "progress": progress}
-    vessel = trained_segmenter(vessels, vessel_mask, **options)
+    vessels, vessel, options = _vessel_segmenter(config, generator_config, progress)
     exudate = trained_exudate_segmenter(phantom, **options)
     keypoints = trained_keypoint_detector(phantom, epochs=config.keypoint_epochs, seed=config.seed, progress=progress)
     attacker, attacker_check = train_attacker(cohort, config, generator_config.image_size, progress)
@@ -264,9 +276,16 @@ def load_instruments(config, generator_config: GeneratorsConfig, progress: bool 
 @torch.no_grad()
 def vessel_probability(instruments: Instruments, images: torch.Tensor) -> torch.Tensor:
     """Vessel probabilities ``(N, 1, S, S)`` at the cohort's side ``S`` of images ``(N, C, R, R)`` in [0, 1]."""
-    upsampled = _upsample(images, instruments.cohort_size)
-    return torch.from_numpy(np.asarray(segment(instruments.vessel, upsampled), dtype=np.float32)).reshape(
-        len(images), 1, instruments.cohort_size, instruments.cohort_size)
+    return segmenter_probability(instruments.vessel, instruments.cohort_size, images)
+
+
+@torch.no_grad()
+def segmenter_probability(network: torch.nn.Module, cohort_size: int, images: torch.Tensor) -> torch.Tensor:
+    """Probabilities ``(N, 1, S, S)`` of a U-Net trained at the cohort's side ``S`` on images ``(N, C, R, R)`` in
+    [0, 1] (upsampled to ``S`` first)."""
+    upsampled = _upsample(images, cohort_size)
+    return torch.from_numpy(np.asarray(segment(network, upsampled), dtype=np.float32)).reshape(
+        len(images), 1, cohort_size, cohort_size)
 
 
 def _upsample(images: torch.Tensor, size: int) -> torch.Tensor:
@@ -513,7 +532,9 @@ def find_baselines(generator: StyleGenerator, ws: torch.Tensor, codes: StyleCode
     return Baselines(stylespace.best_index, stylespace, lowrank, resefa, layers, errors)
 
 
-def _ours(generator, edit_set: EditSet, channels: list[int], mean: torch.Tensor, alpha: float) -> torch.Tensor:
+def top_channel_edit(generator, edit_set: EditSet, channels: list[int], mean: torch.Tensor,
+                     alpha: float) -> torch.Tensor:
+    """Paper 1's edit (Eq. 11) of an edit set: ``channels`` moved toward their ``mean`` by ``alpha``, rendered."""
     return render(generator, edit_channels(edit_set.codes, channels, mean, alpha))
 
 
@@ -582,10 +603,10 @@ def edit_methods(generator: StyleGenerator, edit_set: EditSet, top: list[int], s
     mean, std = statistics["mean"], statistics["std"]
     subset = slice(0, min(match_images, edit_set.codes.batch_size))
     for alpha in strengths:
-        ours = _ours(generator, edit_set, top, mean, alpha)
+        ours = top_channel_edit(generator, edit_set, top, mean, alpha)
         change = float((ours - edit_set.originals).abs().mean())
         results[(OURS, alpha)] = {"images": ours, "step": alpha, "change": change, "error": ""}
-        several_images = _ours(generator, edit_set, several, mean, alpha)
+        several_images = top_channel_edit(generator, edit_set, several, mean, alpha)
         results[(OURS_SEVERAL, alpha)] = {"images": several_images, "step": alpha, "error": "",
                                           "change": float((several_images - edit_set.originals).abs().mean())}
         # The target in the generator's own range ([-1, 1]: twice the [0, 1] change), on the matching subset.
@@ -620,7 +641,7 @@ def edit_controls(generator: StyleGenerator, edit_set: EditSet, top: list[int], 
         ``{(control name, alpha): edit}`` as :func:`edit_methods`.
     """
     subset = slice(0, min(match_images, edit_set.codes.batch_size))
-    ours = _ours(generator, edit_set, top, statistics["mean"], alpha)
+    ours = top_channel_edit(generator, edit_set, top, statistics["mean"], alpha)
     subset_change = 2 * float((ours[subset] - edit_set.originals[subset]).abs().mean())
     return {(name, alpha): _matched_edit(
         edit_set, lambda rows, index=index: _s_coordinates(generator, edit_set, index, statistics["std"], rows),

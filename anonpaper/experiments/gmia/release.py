@@ -1,0 +1,145 @@
+"""GMIA's latent optimisation (paper 3) as a release of a set of chest X-rays.
+
+:func:`gmia_release` applies the GMIA chapter's networks and recipe to any square grayscale chest X-rays: the
+co-trained encoder and generator (AE-GAN co-training on the chapter's cohort), the identity embedding E_id and the
+finding classifier E_ut (all trained on the chapter's cohort, or read from the cache when the chapter ran at the
+same profile). Each image is resized to the generator's resolution, encoded, its latent code optimised for the
+m-margin identity loss and the finding-feature utility loss (``steps`` Adam steps), decoded and resized back.
+:func:`method_spec` wraps it as a method of the one method registry (``anonpaper anonymize gmia``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+    from anonpaper.methods.registry import MethodSpec
+
+NAME = "gmia"
+
+
+def _grayscale(images: np.ndarray) -> np.ndarray:
+    """uint8 ``(N, H, H)`` from ``(N, H, H)`` or ``(N, H, H, 1)``; ValueError for anything else."""
+    if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.ndim not in (3, 4):
+        raise ValueError(f"GMIA needs uint8 images (N, H, W) or (N, H, W, 1), got "
+                         f"{getattr(images, 'dtype', type(images))} {getattr(images, 'shape', '')}")
+    if images.ndim == 4:
+        if images.shape[-1] != 1:
+            raise ValueError(f"GMIA anonymises grayscale chest X-rays with the chest X-ray generator: the images "
+                             f"must have 1 channel, got {images.shape[-1]}")
+        images = images[..., 0]
+    if images.shape[1] != images.shape[2]:
+        raise ValueError(f"GMIA needs square images of one size (the generator draws squares), got "
+                         f"{images.shape[1]} x {images.shape[2]}")
+    return images
+
+
+def gmia_release(images: np.ndarray, generator_config: Any, config: Any = None, *,
+                 log: Callable[[str], None] = lambda line: None,
+                 progress: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
+    """GMIA latent optimisation of chest X-rays with the GMIA chapter's networks.
+
+    Args:
+        images: uint8 ``(N, H, H)`` or ``(N, H, H, 1)`` chest X-rays (any square size). Not modified.
+        generator_config: The generators chapter's config (its chest X-ray StyleGAN2's architecture and
+            resolution are co-training's).
+        config: The GMIA chapter's config (default: its quick defaults): the cohort the networks learn, their
+            recipes, and the latent optimisation's ``steps``, ``learning_rate``, ``margin`` and batch size.
+        log: Receives one line per stage.
+        progress: Show training progress when a network has to be trained first.
+
+    Returns:
+        ``(uint8 images of the input's shape, details)``; details hold the final identity cosine of each image
+        (to its own original, through E_id), the mean PSNR (dB) of the plain reconstructions and the seconds.
+
+    Raises:
+        ValueError: Images that are not square grayscale uint8.
+    """
+    import torch
+
+    from anonpaper.experiments.gmia import Config
+    from anonpaper.experiments.gmia.pipeline import (REAL, anonymise_images, co_train_projection, load_data,
+                                                     to_tensor, train_finding_classifier, train_identity_network,
+                                                     train_lpips_network)
+    from anonpaper.experiments.releases import resize_square_images
+    from anonpaper.methods.gmia import LatentOptimizationSettings
+    from anonpaper.metrics.quality import psnr
+    from anonpaper.runtime import get_device
+
+    shape = images.shape
+    grayscale = _grayscale(images)
+    config = config or Config()
+    started = time.perf_counter()
+    device = get_device(config.device)
+    stylegan_config = generator_config.stylegan_config("cxr-sg2")
+    resolution = int(stylegan_config.resolution)
+    log(f"GMIA: the chapter's networks at {resolution} px (trained first when not cached)")
+    data = load_data(config, resolution)
+    lpips, lpips_info = train_lpips_network(data, config, device, progress)
+    identity, identity_info = train_identity_network(data.images["train"], data.patients["train"], config, "E_id",
+                                                     device, progress)
+    utility, utility_info = train_finding_classifier(data.images["train"], data.labels["train"], config, REAL,
+                                                     device, progress)
+    encoder, generator, projection_info = co_train_projection(data, config, stylegan_config, lpips,
+                                                              lpips_info["key"], device, progress)
+    sized = resize_square_images(to_tensor(grayscale), resolution)
+    sized = (sized[:, 0] * 255).round().clamp(0, 255).to(torch.uint8).numpy()
+    settings = LatentOptimizationSettings(steps=config.steps, learning_rate=config.learning_rate,
+                                          margin=config.margin, identity_weight=1.0, utility_weight=1.0,
+                                          batch_size=config.anonymise_batch_size, progress=progress)
+    log(f"GMIA: optimising {len(sized)} latent codes ({config.steps} steps, margin {config.margin:g})")
+    result = anonymise_images(encoder, generator, sized, identity, utility, settings,
+                              {"networks": {"E_id": identity_info["key"], "E_ut": utility_info["key"],
+                                            "co-training": projection_info["key"]}, "release": True})
+    released = resize_square_images(to_tensor(result["images"]), grayscale.shape[1])
+    output = (released[:, 0] * 255).round().clamp(0, 255).to(torch.uint8).numpy().reshape(shape)
+    details = {"final_cosine": np.asarray(result["final_cosine"]).tolist(),
+               "reconstruction_psnr": float(psnr(to_tensor(result["reconstructions"]), to_tensor(sized))),
+               "resolution": resolution, "seconds": time.perf_counter() - started}
+    return output, details
+
+
+def method_spec(name: str, chapter_config: Any, generator_config: Any,
+                log: Callable[[str], None] = lambda line: None, progress: bool = False) -> "MethodSpec":
+    """GMIA as a registry method: the GMIA chapter's networks and recipe at ``chapter_config``.
+
+    Options: ``margin`` (identity margin m of L_id = max(0, cos - m), in [-1, 1]; default the chapter's main
+    setting) and ``steps`` (latent optimisation Adam steps; default the chapter's). The optimisation is
+    deterministic (no seed), and each image is optimised on its own, so the whole folder is passed at once only to
+    share the networks.
+    """
+    from anonpaper.experiments.releases import GAN_METHODS, whole_number_options
+    from anonpaper.methods.registry import MethodSpec
+
+    if name != NAME:
+        raise ValueError(f"{__name__} builds {NAME!r}, not {name!r}")
+    defaults = {"margin": float(chapter_config.margin), "steps": chapter_config.steps}
+
+    def validate(options: dict[str, Any]) -> None:
+        whole_number_options(NAME, options, {"steps": 1})
+        margin = options["margin"]
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not -1 <= margin <= 1:
+            raise ValueError(f"method {NAME!r}: option 'margin' must be a number in [-1, 1] (a cosine), got "
+                             f"{margin!r}")
+
+    def apply(images: "torch.Tensor", masks: Any, seed: int, options: dict[str, Any]) -> "torch.Tensor":
+        import torch
+
+        margin = float(options["margin"])
+        # The chapter's config keeps its main margin among its ablation margins (loosest first).
+        margins = tuple(sorted(set(chapter_config.margins) | {margin}, reverse=True))
+        config = chapter_config.replace(margin=margin, margins=margins, steps=int(options["steps"]))
+        released, _ = gmia_release(images.permute(0, 2, 3, 1).contiguous().numpy(), generator_config, config,
+                                   log=log, progress=progress)
+        return torch.from_numpy(released).permute(0, 3, 1, 2).contiguous()
+
+    return MethodSpec(name=NAME, summary=GAN_METHODS[NAME], defaults=defaults, apply=apply, validate=validate,
+                      whole_set=True)
+
+
+__all__ = ["NAME", "gmia_release", "method_spec"]

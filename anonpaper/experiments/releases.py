@@ -1,0 +1,120 @@
+"""The GAN-based anonymization methods as releases of any image set, for ``anonpaper anonymize`` and chapter 07.
+
+The pixel methods live in the one method registry (:mod:`anonpaper.methods.registry`). The GAN methods need the
+generators chapter's trained networks, which live at this layer, so each chapter that reproduces one exposes a
+``release`` module with a function that anonymizes a set of images and a builder of a registry
+:class:`~anonpaper.methods.registry.MethodSpec` around it; :func:`gan_method` finds the builder by name.
+
+:data:`GAN_METHODS` (name -> summary) is read by the command line without importing torch: this module and the
+release modules import torch only where they run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import torch
+
+    from anonpaper.methods.registry import MethodSpec
+
+_VESSEL_EDIT = ("the fundus StyleGAN2 of the generators chapter; each image is projected into W+, edited and "
+                "resized back (RGB fundus images of one square size)")
+GAN_METHODS: dict[str, str] = {
+    "k-salsa": "k-SALSA (paper 4): every image replaced by the synthetic image of its cluster of at least k patients, "
+               "drawn by the fundus StyleGAN2 of the generators chapter from the cluster's latent centroid after "
+               "local style alignment (RGB fundus images of one square size)",
+    "sspace-vessel-edit": "paper 1's vessel edit: the S-space channel with the highest Jacobian contribution to the "
+                          "vessels moved toward its mean by alpha (Eq. 11), on " + _VESSEL_EDIT,
+    "stylespace": "StyleSpace (paper 1's baseline): the channel most locally active on the vessels, stepped to the "
+                  "image change of paper 1's edit at alpha, on " + _VESSEL_EDIT,
+    "lowrankgan": "LowRankGAN (paper 1's baseline): the first low-rank vessel direction in W of the middle layers, "
+                  "stepped to the image change of paper 1's edit at alpha, on " + _VESSEL_EDIT,
+    "resefa": "ReSeFa (paper 1's baseline): the first region-based semantic direction in W, stepped to the image "
+              "change of paper 1's edit at alpha, on " + _VESSEL_EDIT,
+    "gmia": "GMIA (paper 3): each chest X-ray encoded by the GMIA chapter's co-trained encoder and its latent code "
+            "optimised for m-margin identity and finding-feature losses, then decoded (grayscale images of one "
+            "square size)",
+    "identity-swap": "the disentanglement identity swap (paper 5): each image's identity vector replaced by a new "
+                     "identity sampled from the identity VAE (privacy term), decoded with its medical and other "
+                     "vectors unchanged, by the disentanglement chapter's networks (grayscale chest X-ray or iris "
+                     "images of one square size; -o modality cxr|iris)",
+}
+# Which chapter builds each method: ``(release module, study name)``; the module's
+# ``method_spec(name, chapter_config, generator_config, log, progress)`` builds it from that chapter's config.
+BUILDERS: dict[str, tuple[str, str]] = {
+    "k-salsa": ("anonpaper.experiments.k_salsa.release", "05_k_salsa"),
+    "sspace-vessel-edit": ("anonpaper.experiments.vascular.release", "03_vascular_sspace"),
+    "stylespace": ("anonpaper.experiments.vascular.release", "03_vascular_sspace"),
+    "lowrankgan": ("anonpaper.experiments.vascular.release", "03_vascular_sspace"),
+    "resefa": ("anonpaper.experiments.vascular.release", "03_vascular_sspace"),
+    "gmia": ("anonpaper.experiments.gmia.release", "04_gmia"),
+    "identity-swap": ("anonpaper.experiments.disentanglement.release", "06_disentanglement"),
+}
+
+
+def is_gan_method(name: str) -> bool:
+    """Whether ``name`` (underscores read as hyphens) is one of :data:`GAN_METHODS`."""
+    return name.replace("_", "-") in GAN_METHODS
+
+
+def gan_method(name: str, chapter_config: Any, generator_config: Any,
+               log: Callable[[str], None] = lambda line: None, progress: bool = False) -> "MethodSpec":
+    """The GAN method ``name`` as a registry method.
+
+    Args:
+        name: One of :data:`GAN_METHODS`.
+        chapter_config: The config of the chapter that reproduces the method (``BUILDERS[name][1]``) at the
+            profile whose networks and recipe the method uses; the method's options override its fields.
+        generator_config: The generators chapter's config at ``chapter_config.generators_profile`` (None for a
+            chapter that trains its own decoder, e.g. the disentanglement chapter).
+        log: Receives one line per stage.
+        progress: Show training progress when a network has to be trained first.
+
+    Raises:
+        ValueError: ``name`` is not one of :data:`GAN_METHODS`.
+    """
+    key = name.replace("_", "-")
+    if key not in GAN_METHODS:
+        raise ValueError(f"unknown GAN method {name!r}; available: {sorted(GAN_METHODS)}")
+    module = importlib.import_module(BUILDERS[key][0])
+    return module.method_spec(key, chapter_config, generator_config, log=log, progress=progress)
+
+
+def resize_square_images(images: "torch.Tensor", size: int) -> "torch.Tensor":
+    """Square ``[0, 1]`` images ``(N, C, H, H)`` to ``size`` px (area when shrinking, bilinear when enlarging)."""
+    import torch.nn.functional as F
+
+    if images.shape[-1] == size:
+        return images
+    mode = "area" if images.shape[-1] > size else "bilinear"
+    kwargs = {} if mode == "area" else {"align_corners": False}
+    return F.interpolate(images, size=(size, size), mode=mode, **kwargs).clamp(0, 1)
+
+
+def check_fundus_images(images: Any, method: str) -> None:
+    """ValueError unless ``images`` is uint8 ``(N, H, H, 3)``: the fundus generator draws square RGB images."""
+    import numpy as np
+
+    if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.ndim != 4:
+        raise ValueError(f"{method} needs uint8 images (N, H, W, 3), got {getattr(images, 'dtype', type(images))} "
+                         f"{getattr(images, 'shape', '')}")
+    if images.shape[-1] != 3:
+        raise ValueError(f"{method} draws RGB fundus images with the fundus StyleGAN2: the images must have 3 "
+                         f"channels, got {images.shape[-1]}")
+    if images.shape[1] != images.shape[2]:
+        raise ValueError(f"{method} needs square images of one size (the generator draws squares), got "
+                         f"{images.shape[1]} x {images.shape[2]}")
+
+
+def whole_number_options(method: str, options: dict[str, Any], minimums: dict[str, int]) -> None:
+    """ValueError unless every option in ``minimums`` is a whole number at or above its minimum."""
+    for name, minimum in minimums.items():
+        value = options[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < minimum:
+            raise ValueError(f"method {method!r}: option {name!r} must be a whole number >= {minimum}, got {value!r}")
+
+
+__all__ = ["BUILDERS", "GAN_METHODS", "check_fundus_images", "gan_method", "is_gan_method", "resize_square_images",
+           "whole_number_options"]

@@ -1,0 +1,178 @@
+"""Paper 1's vessel edit and its three baselines as releases of a set of real fundus images.
+
+:func:`vessel_edit_release` applies the vascular chapter's recipe to any square RGB fundus images:
+
+1. the generators chapter's fundus StyleGAN2 and the chapter's vessel U-Net (shipped weights, else the cache, else
+   trained first);
+2. the channel ranking on ``score_images`` generated images, exactly as the chapter finds it: vessel masks from the
+   U-Net, Jacobian contribution scores of every S channel (Eq. 8-10); StyleSpace's channel and LowRankGAN's and
+   ReSeFa's directions on the first ``baseline_images`` of them;
+3. each input image projected into W+ (the StyleGAN2-ADA projector recipe) and mapped to S;
+4. the edit: paper 1's top channel moved toward its mean by ``alpha`` (Eq. 11), or a baseline stepped so that its
+   mean absolute image change on the first ``match_images`` images equals that of paper 1's edit at ``alpha`` (the
+   chapter's matched comparison);
+5. the edited rendering resized back to the input size.
+
+What the release leaks also includes what the projection keeps of the image (alpha 0 releases the projection); the
+vascular chapter measures both. :func:`method_spec` wraps it as a method of the one method registry for the folder
+writer (``anonpaper anonymize sspace-vessel-edit``, ``stylespace``, ``lowrankgan``, ``resefa``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+    from anonpaper.methods.registry import MethodSpec
+
+# Registry name -> the chapter's method name.
+METHOD_NAMES = {"sspace-vessel-edit": "ours", "stylespace": "StyleSpace", "lowrankgan": "LowRankGAN",
+                "resefa": "ReSeFa"}
+OPTION_MINIMUMS = {"projector_steps": 1, "score_images": 2}
+
+
+def vessel_edit_release(images: np.ndarray, method: str, alpha: float, generator_config: Any, config: Any = None, *,
+                        seed: int = 0, log: Callable[[str], None] = lambda line: None,
+                        progress: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
+    """Paper 1's vessel edit (or a baseline) of real fundus images.
+
+    Args:
+        images: uint8 ``(N, H, H, 3)`` real fundus images (any square size). Not modified.
+        method: ``"ours"``, ``"StyleSpace"``, ``"LowRankGAN"`` or ``"ReSeFa"``.
+        alpha: Edit strength in [0, 1] (Eq. 11; the baselines are matched to ours at this strength; 0 releases the
+            projection).
+        generator_config: The generators chapter's config whose fundus generator and vessel U-Net are used.
+        config: The vascular chapter's config (default its quick defaults): ``generator``, ``score_images``,
+            ``baseline_images``, ``match_images``, ``chunk_size``, ``projector_steps``, ``segmenter_epochs`` and
+            ``seed`` (of the ranking) are read from it.
+        seed: Seed of the projector.
+        log: Receives one line per stage.
+        progress: Show training progress when a network has to be trained.
+
+    Returns:
+        ``(uint8 (N, H, H, 3), details)``; details hold the generator's source and kimg, the edited channel (or
+        why a baseline found no direction), the projection's mean PSNR (dB), the mean absolute change of the
+        edit at the generator's resolution and the seconds.
+
+    Raises:
+        ValueError: Images that are not square RGB uint8, an unknown method, alpha outside [0, 1], or a baseline
+            that found no direction on this generator.
+    """
+    import torch
+
+    from anonpaper.experiments.releases import check_fundus_images, resize_square_images
+    from anonpaper.experiments.vascular import Config
+    from anonpaper.experiments.vascular.pipeline import (OURS, EditSet, edit_methods, find_baselines,
+                                                         generators_config_for, load_fundus_generator, project_real,
+                                                         render, sample_codes, segmenter_probability,
+                                                         top_channel_edit, vessel_masks, vessel_segmenter)
+    from anonpaper.methods.jacobian_edit import contribution_scores
+    from anonpaper.metrics.quality import psnr
+    from anonpaper.models.stylegan import style_statistics
+    from anonpaper.runtime import derive_seed
+
+    check_fundus_images(images, method)
+    if method not in METHOD_NAMES.values():
+        raise ValueError(f"unknown vessel edit {method!r}; expected one of {list(METHOD_NAMES.values())}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+        raise ValueError(f"{method}: alpha must be a number in [0, 1], got {alpha!r}")
+    config = config or Config()
+    started = time.perf_counter()
+    generator_config = generators_config_for(config, generator_config)
+    trained, _ = load_fundus_generator(generator_config, config.generator, progress)
+    generator = trained.generator.eval()
+    for parameter in generator.parameters():
+        parameter.requires_grad_(False)
+    resolution = int(generator.resolution)
+    network, dice = vessel_segmenter(config, generator_config, progress)
+
+    # The ranking, as the chapter finds it: on generated images, whose vessels the U-Net reads.
+    log(f"{method}: scoring the S channels on {config.score_images} generated images")
+    ws_scored, codes_scored = sample_codes(generator, config.score_images, derive_seed(config.seed, "score-images"))
+    targets = resize_square_images(torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255,
+                                   resolution)
+    # An image whose mask comes out empty gets the input images' vessel share of most vessel-like pixels.
+    real_fraction = float((segmenter_probability(network, generator_config.cohort_size, targets) >= 0.5)
+                          .float().mean())
+    masks, _ = vessel_masks(segmenter_probability(network, generator_config.cohort_size,
+                                                  render(generator, codes_scored)), resolution,
+                            max(real_fraction, 0.02))
+    top = contribution_scores(generator, codes_scored, masks, chunk_size=config.chunk_size,
+                              progress=False).ranking[:1].tolist()
+    statistics = style_statistics(generator, num_samples=1000, seed=derive_seed(config.seed, "style-statistics"))
+    baselines = None
+    if method != OURS:
+        rows = slice(0, min(config.baseline_images, config.score_images))
+        baselines = find_baselines(generator, ws_scored[rows], codes_scored.select(rows), masks[rows],
+                                   config.chunk_size)
+
+    log(f"{method}: projecting {len(images)} images into W+ ({config.projector_steps} steps each)")
+    ws, codes, reconstruction = project_real(generator, targets, config.projector_steps,
+                                             derive_seed(seed, "projector"))
+    edit_set = EditSet("real", reconstruction, codes, ws, targets)
+    if baselines is None:  # ours alone: the baselines' matching is not needed
+        edited, error = top_channel_edit(generator, edit_set, top, statistics["mean"], float(alpha)), ""
+    else:
+        edit = edit_methods(generator, edit_set, top, top, statistics, baselines, [float(alpha)],
+                            config.match_images)[(method, float(alpha))]
+        edited, error = edit["images"], edit["error"]
+    if edited is None:
+        raise ValueError(f"{method} found no edit on this generator: {error}")
+    change = float((edited - reconstruction).abs().mean())
+    released = resize_square_images(edited.float().clamp(0, 1), images.shape[1])
+    output = (released * 255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+    details = {"generator_source": trained.source, "generator_kimg": float(trained.kimg), "resolution": resolution,
+               "vessel_unet_dice": dice, "top_channel": codes.layout.locate(int(top[0])),
+               "baseline_errors": {} if baselines is None else dict(baselines.errors),
+               "projection_psnr": float(psnr(reconstruction, targets)), "change": change,
+               "seconds": time.perf_counter() - started}
+    return output, details
+
+
+def method_spec(name: str, chapter_config: Any, generator_config: Any,
+                log: Callable[[str], None] = lambda line: None, progress: bool = False) -> "MethodSpec":
+    """Paper 1's vessel edit (``sspace-vessel-edit``) or a baseline (``stylespace``, ``lowrankgan``, ``resefa``)
+    as a registry method: the vascular chapter's recipe at ``chapter_config`` on the generators chapter's fundus
+    generator at ``generator_config``.
+
+    Options: ``alpha`` (edit strength in [0, 1], default the chapter's table strength, 0.5 as in paper 1's Table
+    2), ``projector_steps`` and ``score_images`` (defaults: the chapter config's). The method's seed seeds the projector; the
+    whole folder is edited at once (the channel ranking is found once).
+    """
+    import torch
+
+    from anonpaper.experiments.releases import GAN_METHODS, whole_number_options
+    from anonpaper.methods.registry import MethodSpec
+
+    if name not in METHOD_NAMES:
+        raise ValueError(f"{__name__} builds {sorted(METHOD_NAMES)}, not {name!r}")
+    chapter = chapter_config
+    defaults = {"alpha": chapter.table_alpha, "projector_steps": chapter.projector_steps,
+                "score_images": chapter.score_images}
+
+    def validate(options: dict[str, Any]) -> None:
+        whole_number_options(name, options, OPTION_MINIMUMS)
+        alpha = options["alpha"]
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+            raise ValueError(f"method {name!r}: option 'alpha' must be a number in [0, 1], got {alpha!r}")
+
+    def apply(images: "torch.Tensor", masks: Any, seed: int, options: dict[str, Any]) -> "torch.Tensor":
+        config = chapter.replace(projector_steps=int(options["projector_steps"]),
+                                 score_images=int(options["score_images"]),
+                                 baseline_images=min(chapter.baseline_images, int(options["score_images"])))
+        edited, _ = vessel_edit_release(images.permute(0, 2, 3, 1).contiguous().numpy(), METHOD_NAMES[name],
+                                        float(options["alpha"]), generator_config, config, seed=seed, log=log,
+                                        progress=progress)
+        return torch.from_numpy(edited).permute(0, 3, 1, 2).contiguous()
+
+    # The whole set at once: the ranking (and a baseline's matched step) is found once per folder.
+    return MethodSpec(name=name, summary=GAN_METHODS[name], defaults=defaults, apply=apply, validate=validate,
+                      whole_set=True)
+
+
+__all__ = ["METHOD_NAMES", "method_spec", "vessel_edit_release"]
