@@ -67,7 +67,12 @@ def claim(claims, claim_id):
     ({"pixelate_blocks": (2, 4.5)}, "PIXELATE_BLOCKS values must be whole numbers"),
     ({"snow_p": (0.5, 1.5)}, "SNOW_P values must lie in (0, 1]"),
     ({"k_values": (1, 2)}, "K_VALUES values must be >= 2"),
-    ({"gan_methods": ("gmia",)}, "GAN_METHODS must be a list of distinct names"),
+    ({"gan_methods": ("face-swap",)}, "GAN_METHODS must be a list of distinct names"),
+    ({"gan_methods": ("gmia", "gmia")}, "GAN_METHODS must be a list of distinct names"),
+    ({"vessel_alphas": (0.5, 1.5)}, "VESSEL_ALPHAS values must lie in (0, 1]"),
+    ({"gmia_margins": (-0.7, 0.0)}, "GMIA_MARGINS must be distinct decreasing cosines"),
+    ({"gmia_margins": (0.0, -1.5)}, "GMIA_MARGINS must be distinct decreasing cosines"),
+    ({"swap_strengths": (0.0, 1.0)}, "SWAP_STRENGTHS values must be > 0"),
     ({"member_share": 1.0}, "MEMBER_SHARE must be a number in (0, 1)"),
     ({"utility_score": "fidelity"}, "UTILITY_SCORE must be one of"),
     ({"chance_margin": 0.0}, "CHANCE_MARGIN must lie in (0, 1)"),
@@ -79,14 +84,24 @@ def test_config_rejects_bad_values_naming_the_parameter(changes, message):
         chapter.Config(**changes)
 
 
-def test_settings_sweep_every_knob_and_keep_the_fundus_methods_off_chest_x_rays():
-    config = chapter.Config(blur_sigmas=(1.0, 2.0), k_values=(2,), gan_methods=("k-salsa",), ksalsa_k_values=(5,))
+def test_settings_sweep_every_knob_and_keep_each_method_on_its_modality():
+    config = chapter.Config(blur_sigmas=(1.0, 2.0), k_values=(2,), ksalsa_k_values=(5,))
     fundus, cxr = chapter.settings_for(config, "fundus"), chapter.settings_for(config, "cxr")
     assert [setting.label for setting in fundus[:4]] == ["no change", "constant image", "blur σ=1", "blur σ=2"]
-    assert {setting.method for setting in fundus} - {setting.method for setting in cxr} == {"vs-snow", "k-salsa"}
+    fundus_methods, cxr_methods = {setting.method for setting in fundus}, {setting.method for setting in cxr}
+    assert fundus_methods - cxr_methods == {"vs-snow", "k-salsa", "sspace-vessel-edit", "stylespace"}
+    assert cxr_methods - fundus_methods == {"gmia", "identity-swap"}
     assert Setting("k-salsa", "k", 5.0) in fundus
-    assert "k-salsa" not in {setting.method for setting in chapter.settings_for(config.replace(gan_methods=()),
-                                                                               "fundus")}
+    # GMIA's margins run loosest first (the curve goes toward more privacy).
+    assert [setting.label for setting in cxr if setting.method == "gmia"] == ["GMIA m=0", "GMIA m=-0.7"]
+    none = config.replace(gan_methods=())
+    assert not set(chapter.NEEDS) & {setting.method for modality in ("fundus", "cxr")
+                                     for setting in chapter.settings_for(none, modality)}
+
+
+def test_run_refuses_learned_methods_without_their_chapters_configs():
+    with pytest.raises(ValueError, match=r"need the configs of \['04_gmia'\]"):
+        chapter.run(chapter.Config(gan_methods=("gmia",)), generator_config=object())
 
 
 # ---------------------------------------------------------------------------------------------------------------

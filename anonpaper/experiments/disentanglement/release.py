@@ -1,6 +1,6 @@
 """The disentanglement identity swap (paper 5) as a release of a set of iris or chest X-ray images.
 
-:func:`identity_swap_release` applies the disentanglement chapter's networks to any grayscale images of one
+:func:`identity_swap_releases` applies the disentanglement chapter's networks to any grayscale images of one
 modality: the disentanglement network of that cohort (medical, identity and "other" vectors; trained on the
 chapter's cohort, or read from the cache) and its identity VAE trained with the privacy term. Each image is resized
 to the chapter's image size, encoded, its identity vector moved toward a new identity sampled from the VAE by
@@ -12,7 +12,7 @@ other vectors unchanged and resized back. :func:`method_spec` wraps it as a meth
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -25,23 +25,24 @@ NAME = "identity-swap"
 MODALITIES = ("cxr", "iris")
 
 
-def identity_swap_release(images: np.ndarray, modality: str, strength: float, config: Any = None, *, seed: int = 0,
-                          log: Callable[[str], None] = lambda line: None,
-                          progress: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
+def identity_swap_releases(images: np.ndarray, modality: str, strengths: Sequence[float], config: Any = None, *,
+                           seed: int = 0, log: Callable[[str], None] = lambda line: None,
+                           progress: bool = False) -> tuple[dict[float, np.ndarray], dict[str, Any]]:
     """Paper 5's anonymisation of grayscale images with the disentanglement chapter's networks.
 
     Args:
         images: uint8 ``(N, H, H)`` or ``(N, H, H, 1)`` images of one modality (any square size). Not modified.
         modality: ``"cxr"`` (chest X-rays; identity learnt with the Siamese loss) or ``"iris"``.
-        strength: Identity replacement in [0, 1] (1: the paper's anonymisation; 0: the reconstruction).
+        strengths: Identity replacements in [0, 1] (1: the paper's anonymisation; 0: the reconstruction); one new
+            identity per image serves every strength.
         config: The disentanglement chapter's config (default: its quick defaults).
         seed: Seed of the sampled identities.
         log: Receives one line per stage.
         progress: Show training progress when a network has to be trained first.
 
     Returns:
-        ``(uint8 images of the input's shape, details)``; details hold the chapter size, the mean cosine between
-        each image's identity vector and the decoded one, and the seconds.
+        ``({strength: uint8 images of the input's shape}, details)``; details hold the chapter size, the mean
+        cosine between the images' identity vectors and the decoded ones at each strength, and the seconds.
 
     Raises:
         ValueError: Images that are not square grayscale uint8, an unknown modality or a strength outside [0, 1].
@@ -57,8 +58,9 @@ def identity_swap_release(images: np.ndarray, modality: str, strength: float, co
 
     if modality not in MODALITIES:
         raise ValueError(f"identity swap: modality must be one of {list(MODALITIES)}, got {modality!r}")
-    if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not 0 <= strength <= 1:
-        raise ValueError(f"identity swap: strength must be a number in [0, 1], got {strength!r}")
+    for strength in strengths:
+        if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not 0 <= strength <= 1:
+            raise ValueError(f"identity swap: strength must be a number in [0, 1], got {strength!r}")
     if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.ndim not in (3, 4):
         raise ValueError(f"identity swap needs uint8 images (N, H, W) or (N, H, W, 1), got "
                          f"{getattr(images, 'dtype', type(images))} {getattr(images, 'shape', '')}")
@@ -80,13 +82,15 @@ def identity_swap_release(images: np.ndarray, modality: str, strength: float, co
     sized = (resize_square_images(unit, config.image_size)[:, 0] * 255).round().to(torch.uint8).numpy()
     medical, identity, other = encode_all(model, image_tensor(sized))
     replacement = new_identities(len(sized), "vae", seed=derive_seed(seed, "identity-swap"), vae=vae)
-    decoded, new_identity = anonymise(model, medical, identity, other, replacement, float(strength))
-    out = torch.from_numpy(to_uint8(decoded)).float()[:, None] / 255.0
-    released = (resize_square_images(out, grayscale.shape[1])[:, 0] * 255).round().clamp(0, 255).to(torch.uint8)
-    cosine = torch.nn.functional.cosine_similarity(identity, new_identity, dim=1)
-    details = {"image_size": config.image_size, "identity_cosine": float(cosine.mean()),
-               "seconds": time.perf_counter() - started}
-    return released.numpy().reshape(shape), details
+    released, cosines = {}, {}
+    for strength in strengths:
+        decoded, new_identity = anonymise(model, medical, identity, other, replacement, float(strength))
+        out = torch.from_numpy(to_uint8(decoded)).float()[:, None] / 255.0
+        sized_back = resize_square_images(out, grayscale.shape[1])[:, 0]
+        released[float(strength)] = (sized_back * 255).round().clamp(0, 255).to(torch.uint8).numpy().reshape(shape)
+        cosines[float(strength)] = float(torch.nn.functional.cosine_similarity(identity, new_identity, dim=1).mean())
+    details = {"image_size": config.image_size, "identity_cosine": cosines, "seconds": time.perf_counter() - started}
+    return released, details
 
 
 def method_spec(name: str, chapter_config: Any, generator_config: Any = None,
@@ -114,13 +118,13 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any = None,
     def apply(images: "torch.Tensor", masks: Any, seed: int, options: dict[str, Any]) -> "torch.Tensor":
         import torch
 
-        released, _ = identity_swap_release(images.permute(0, 2, 3, 1).contiguous().numpy(), options["modality"],
-                                            float(options["strength"]), chapter_config, seed=seed, log=log,
-                                            progress=progress)
-        return torch.from_numpy(released).permute(0, 3, 1, 2).contiguous()
+        released, _ = identity_swap_releases(images.permute(0, 2, 3, 1).contiguous().numpy(), options["modality"],
+                                             [float(options["strength"])], chapter_config, seed=seed, log=log,
+                                             progress=progress)
+        return torch.from_numpy(next(iter(released.values()))).permute(0, 3, 1, 2).contiguous()
 
     return MethodSpec(name=NAME, summary=GAN_METHODS[NAME], defaults={"modality": "cxr", "strength": 1.0},
                       apply=apply, validate=validate, whole_set=True)
 
 
-__all__ = ["MODALITIES", "NAME", "identity_swap_release", "method_spec"]
+__all__ = ["MODALITIES", "NAME", "identity_swap_releases", "method_spec"]

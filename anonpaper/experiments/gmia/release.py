@@ -1,6 +1,6 @@
 """GMIA's latent optimisation (paper 3) as a release of a set of chest X-rays.
 
-:func:`gmia_release` applies the GMIA chapter's networks and recipe to any square grayscale chest X-rays: the
+:func:`gmia_releases` applies the GMIA chapter's networks and recipe to any square grayscale chest X-rays: the
 co-trained encoder and generator (AE-GAN co-training on the chapter's cohort), the identity embedding E_id and the
 finding classifier E_ut (all trained on the chapter's cohort, or read from the cache when the chapter ran at the
 same profile). Each image is resized to the generator's resolution, encoded, its latent code optimised for the
@@ -11,7 +11,7 @@ m-margin identity loss and the finding-feature utility loss (``steps`` Adam step
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -39,26 +39,29 @@ def _grayscale(images: np.ndarray) -> np.ndarray:
     return images
 
 
-def gmia_release(images: np.ndarray, generator_config: Any, config: Any = None, *,
-                 log: Callable[[str], None] = lambda line: None,
-                 progress: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
-    """GMIA latent optimisation of chest X-rays with the GMIA chapter's networks.
+def gmia_releases(images: np.ndarray, generator_config: Any, config: Any = None, *,
+                  margins: Sequence[float] | None = None, log: Callable[[str], None] = lambda line: None,
+                  progress: bool = False) -> tuple[dict[float, np.ndarray], dict[str, Any]]:
+    """GMIA latent optimisation of chest X-rays with the GMIA chapter's networks, at one or more margins.
 
     Args:
         images: uint8 ``(N, H, H)`` or ``(N, H, H, 1)`` chest X-rays (any square size). Not modified.
         generator_config: The generators chapter's config (its chest X-ray StyleGAN2's architecture and
             resolution are co-training's).
         config: The GMIA chapter's config (default: its quick defaults): the cohort the networks learn, their
-            recipes, and the latent optimisation's ``steps``, ``learning_rate``, ``margin`` and batch size.
+            recipes, and the latent optimisation's ``steps``, ``learning_rate`` and batch size.
+        margins: Identity margins m of L_id = max(0, cos - m), each in [-1, 1] (default: the config's main
+            ``margin``).
         log: Receives one line per stage.
         progress: Show training progress when a network has to be trained first.
 
     Returns:
-        ``(uint8 images of the input's shape, details)``; details hold the final identity cosine of each image
-        (to its own original, through E_id), the mean PSNR (dB) of the plain reconstructions and the seconds.
+        ``({margin: uint8 images of the input's shape}, details)``; details hold the mean final identity cosine
+        of the images to their originals through E_id at each margin, the mean PSNR (dB) of the plain
+        reconstructions and the seconds.
 
     Raises:
-        ValueError: Images that are not square grayscale uint8.
+        ValueError: Images that are not square grayscale uint8, or a margin outside [-1, 1].
     """
     import torch
 
@@ -74,6 +77,10 @@ def gmia_release(images: np.ndarray, generator_config: Any, config: Any = None, 
     shape = images.shape
     grayscale = _grayscale(images)
     config = config or Config()
+    margins = [float(config.margin)] if margins is None else [float(margin) for margin in margins]
+    for margin in margins:
+        if not -1 <= margin <= 1:
+            raise ValueError(f"GMIA: margins must be cosines in [-1, 1], got {margin!r}")
     started = time.perf_counter()
     device = get_device(config.device)
     stylegan_config = generator_config.stylegan_config("cxr-sg2")
@@ -89,19 +96,22 @@ def gmia_release(images: np.ndarray, generator_config: Any, config: Any = None, 
                                                               lpips_info["key"], device, progress)
     sized = resize_square_images(to_tensor(grayscale), resolution)
     sized = (sized[:, 0] * 255).round().clamp(0, 255).to(torch.uint8).numpy()
-    settings = LatentOptimizationSettings(steps=config.steps, learning_rate=config.learning_rate,
-                                          margin=config.margin, identity_weight=1.0, utility_weight=1.0,
-                                          batch_size=config.anonymise_batch_size, progress=progress)
-    log(f"GMIA: optimising {len(sized)} latent codes ({config.steps} steps, margin {config.margin:g})")
-    result = anonymise_images(encoder, generator, sized, identity, utility, settings,
-                              {"networks": {"E_id": identity_info["key"], "E_ut": utility_info["key"],
-                                            "co-training": projection_info["key"]}, "release": True})
-    released = resize_square_images(to_tensor(result["images"]), grayscale.shape[1])
-    output = (released[:, 0] * 255).round().clamp(0, 255).to(torch.uint8).numpy().reshape(shape)
-    details = {"final_cosine": np.asarray(result["final_cosine"]).tolist(),
-               "reconstruction_psnr": float(psnr(to_tensor(result["reconstructions"]), to_tensor(sized))),
-               "resolution": resolution, "seconds": time.perf_counter() - started}
-    return output, details
+    released, cosines, reconstruction_psnr = {}, {}, float("nan")
+    for margin in margins:
+        settings = LatentOptimizationSettings(steps=config.steps, learning_rate=config.learning_rate, margin=margin,
+                                              identity_weight=1.0, utility_weight=1.0,
+                                              batch_size=config.anonymise_batch_size, progress=progress)
+        log(f"GMIA: optimising {len(sized)} latent codes ({config.steps} steps, margin {margin:g})")
+        result = anonymise_images(encoder, generator, sized, identity, utility, settings,
+                                  {"networks": {"E_id": identity_info["key"], "E_ut": utility_info["key"],
+                                                "co-training": projection_info["key"]}, "release": True})
+        out = resize_square_images(to_tensor(result["images"]), grayscale.shape[1])
+        released[margin] = (out[:, 0] * 255).round().clamp(0, 255).to(torch.uint8).numpy().reshape(shape)
+        cosines[margin] = float(np.mean(result["final_cosine"]))
+        reconstruction_psnr = float(psnr(to_tensor(result["reconstructions"]), to_tensor(sized)))
+    details = {"final_cosine": cosines, "reconstruction_psnr": reconstruction_psnr, "resolution": resolution,
+               "seconds": time.perf_counter() - started}
+    return released, details
 
 
 def method_spec(name: str, chapter_config: Any, generator_config: Any,
@@ -134,12 +144,12 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any,
         # The chapter's config keeps its main margin among its ablation margins (loosest first).
         margins = tuple(sorted(set(chapter_config.margins) | {margin}, reverse=True))
         config = chapter_config.replace(margin=margin, margins=margins, steps=int(options["steps"]))
-        released, _ = gmia_release(images.permute(0, 2, 3, 1).contiguous().numpy(), generator_config, config,
-                                   log=log, progress=progress)
-        return torch.from_numpy(released).permute(0, 3, 1, 2).contiguous()
+        released, _ = gmia_releases(images.permute(0, 2, 3, 1).contiguous().numpy(), generator_config, config,
+                                    log=log, progress=progress)
+        return torch.from_numpy(released[margin]).permute(0, 3, 1, 2).contiguous()
 
     return MethodSpec(name=NAME, summary=GAN_METHODS[NAME], defaults=defaults, apply=apply, validate=validate,
                       whole_set=True)
 
 
-__all__ = ["NAME", "gmia_release", "method_spec"]
+__all__ = ["NAME", "gmia_releases", "method_spec"]

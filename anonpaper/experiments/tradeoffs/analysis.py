@@ -27,7 +27,8 @@ THREATS = ("linkage", "attribute", "membership")
 THREAT_LABELS = {"linkage": "linkage (verification AUC)", "attribute": "sex inference (balanced accuracy)",
                  "membership": "membership (balanced accuracy)"}
 # The methods whose utility at matched privacy is compared with blur's in the claims.
-COMPARED_WITH_BLUR = ("snow", "vs-snow", "k-same-pixel", "k-salsa")
+COMPARED_WITH_BLUR = ("snow", "vs-snow", "k-same-pixel", "k-salsa", "sspace-vessel-edit", "stylespace", "gmia",
+                      "identity-swap")
 REFERENCE = "blur"
 
 
@@ -249,6 +250,65 @@ def seconds_table(outcome: Outcome) -> pd.DataFrame:
              "cached": label in modality.cached}
             for name, modality in outcome.modalities.items() for label, seconds in modality.seconds.items()]
     return pd.DataFrame(rows)
+
+
+def _learned_groups(outcome: Outcome) -> list[tuple[list[str], dict[str, Any]]]:
+    """``(method names, details)`` of the learned methods' releases; methods built together (the two vessel edits)
+    share one details entry and are grouped."""
+    groups: list[tuple[list[str], dict[str, Any]]] = []
+    for method, details in outcome.gan.items():
+        for names, seen in groups:
+            if seen is details:
+                names.append(method)
+                break
+        else:
+            groups.append(([method], details))
+    return groups
+
+
+def learned_methods_markdown(outcome: Outcome) -> str:
+    """One line per learned method (or group built together): its networks and what their inversion keeps."""
+    profile = outcome.config.generators_profile
+    lines = []
+    for methods, details in _learned_groups(outcome):
+        names = " and ".join(METHOD_LABELS[method] for method in methods)
+        seconds = f"built in {details['seconds']:.0f} s"
+        if "inversion_psnr" in details:  # k-SALSA
+            text = (f"the generators chapter's `{profile}` fundus StyleGAN2 ({details['resolution']} px, "
+                    f"{details['generator_kimg']:g} kimg, {details['generator_source']}); projector PSNR "
+                    f"{details['inversion_psnr']:.1f} dB")
+        elif "projection_psnr" in details:  # the vessel edits
+            changes = ", ".join(f"{label} {value:.4f}" for label, value in details["change"].items())
+            text = (f"the generators chapter's `{profile}` fundus StyleGAN2 ({details['resolution']} px, "
+                    f"{details['generator_kimg']:g} kimg, {details['generator_source']}), vessel U-Net Dice "
+                    f"{details['vessel_unet_dice']:.3f}, top channel {tuple(details['top_channel'])}; projector PSNR "
+                    f"{details['projection_psnr']:.1f} dB; mean absolute change of the edit ([0, 1] units): "
+                    f"{changes}")
+        elif "reconstruction_psnr" in details:  # GMIA
+            cosines = ", ".join(f"m = {float(margin):g}: {value:.3f}" for margin, value in
+                                details["final_cosine"].items())
+            text = (f"the GMIA chapter's `{profile}` networks ({details['resolution']} px); reconstruction PSNR "
+                    f"{details['reconstruction_psnr']:.1f} dB; mean final identity cosine to the original "
+                    f"(E_id) {cosines}")
+        else:  # the identity swap
+            cosines = ", ".join(f"strength {float(strength):g}: {value:.3f}" for strength, value in
+                                details["identity_cosine"].items())
+            text = (f"the disentanglement chapter's `{profile}` chest X-ray network and identity VAE "
+                    f"({details['image_size']} px); mean cosine of the decoded identity vector to the original "
+                    f"{cosines}")
+        lines.append(f"- **{names}:** {text}; {seconds}.")
+    return "\n".join(lines) if lines else "No learned method ran (`GAN_METHODS` is empty)."
+
+
+def learned_methods_metrics(outcome: Outcome) -> dict[str, float]:
+    """The learned methods' inversion quality and build seconds, as ``gan/<method>/<name>`` metrics."""
+    found: dict[str, float] = {}
+    for methods, details in _learned_groups(outcome):
+        for method in methods:
+            for name in ("inversion_psnr", "projection_psnr", "reconstruction_psnr", "seconds"):
+                if name in details:
+                    found[f"gan/{method}/{name}"] = float(details[name])
+    return found
 
 
 def metrics(outcome: Outcome) -> dict[str, float]:

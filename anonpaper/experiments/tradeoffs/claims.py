@@ -34,6 +34,12 @@ PAPER_COMPARISON = {
     "vs-snow": "Paper 2 compares VS-Snow with Snow, not with blur.",
     "k-same-pixel": "Paper 4 uses k-same pixel averaging as its baseline; no paper compares it with blur.",
     "k-salsa": "Paper 4 compares k-SALSA with k-same pixel averaging and the latent centroid, not with blur.",
+    "sspace-vessel-edit": "Paper 1 compares its vessel edit with StyleSpace, LowRankGAN and ReSeFa at matched image "
+                          "change, not with blur.",
+    "stylespace": "Paper 1 uses StyleSpace as a baseline of its vessel edit; no paper compares it with blur.",
+    "gmia": "Paper 3 reports GMIA's identity and utility scores, not a comparison with blur at matched privacy (the "
+            "GMIA chapter compares them at equal PSNR).",
+    "identity-swap": "Paper 5 compares its identity swap with averaged identities (K-Same-like), not with blur.",
 }
 
 

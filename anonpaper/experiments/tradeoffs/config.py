@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from anonpaper.experiments.chapter import ChapterConfig, parameter
 
 BACKBONES = ("small_cnn", "resnet10t", "resnet18d")
-GAN_METHODS = ("k-salsa",)
+# The learned methods this chapter can audit (anonpaper.experiments.releases builds each from its chapter).
+GAN_METHODS = ("k-salsa", "sspace-vessel-edit", "stylespace", "gmia", "identity-swap")
 ATTRIBUTE_ATTACKERS = ("adaptive", "transfer")
 UTILITY_SCORES = ("trained_on_release", "transfer")
 
@@ -55,14 +56,25 @@ class Config(ChapterConfig):
     snow_p: tuple = parameter((0.1, 0.3, 0.5), "Snow and VS-Snow fractions p (paper 2: 0.1-0.5); VS-Snow uses the "
                                                "phantom's own vessel masks (fundus only).")
     k_values: tuple = parameter((2, 5, 10), "k of k-same pixel averaging (clusters of at least k patients).")
-    gan_methods: tuple = parameter(GAN_METHODS, "GAN-based methods audited: 'k-salsa' (paper 4, on the generators "
-                                                "chapter's fundus StyleGAN2); an empty list audits none.")
-    generators_profile: str = parameter("quick", "Profile of the generators chapter (02_generators) whose fundus "
-                                                 "StyleGAN2 k-SALSA uses.")
+    gan_methods: tuple = parameter(GAN_METHODS, "Learned methods audited, each with the networks and recipe of the "
+                                                "chapter that reproduces it: 'k-salsa' (paper 4), "
+                                                "'sspace-vessel-edit' (paper 1) and 'stylespace' (its baseline) on "
+                                                "the generators chapter's fundus StyleGAN2, 'gmia' (paper 3) and "
+                                                "'identity-swap' (paper 5) on chest X-rays; an empty list audits "
+                                                "none.")
+    generators_profile: str = parameter("quick", "Profile of the chapters whose trained networks the learned "
+                                                 "methods use (02 generators, 03 vascular, 04 GMIA, 05 k-SALSA, 06 "
+                                                 "disentanglement).")
     ksalsa_k_values: tuple = parameter((2, 5), "k of k-SALSA (clusters of at least k patients).")
     projector_steps: int = parameter(200, "Projector Adam steps per image into W+ for k-SALSA (paper 4's chapter: "
                                           "200 at quick).")
     alignment_steps: int = parameter(40, "k-SALSA local style alignment Adam steps per cluster (the paper: 100).")
+    vessel_alphas: tuple = parameter((0.5, 1.0), "Strengths alpha of paper 1's vessel edit (Eq. 11); StyleSpace is "
+                                                 "stepped to the same image change (paper 1's Table 2: alpha 0.5).")
+    gmia_margins: tuple = parameter((0.0, -0.7), "Identity margins m of GMIA's latent optimisation, loosest first "
+                                                 "(the GMIA chapter's ablation: 0, -0.5, -0.7).")
+    swap_strengths: tuple = parameter((0.5, 1.0), "Identity-replacement strengths of the disentanglement identity "
+                                                  "swap (1: the paper's anonymisation).")
     attacker_share: float = parameter(0.5, "Share of the patients whose images train the audit's attackers and task "
                                            "models; the other patients are attacked (the same split for every "
                                            "method).")
@@ -132,10 +144,20 @@ class Config(ChapterConfig):
                 raise ValueError(message)
         for name, minimum, integer, strict in (("blur_sigmas", 0, False, True), ("pixelate_blocks", 2, True, False),
                                                ("noise_sigmas", 0, False, True), ("snow_p", 0, False, True),
-                                               ("k_values", 2, True, False), ("ksalsa_k_values", 2, True, False)):
+                                               ("k_values", 2, True, False), ("ksalsa_k_values", 2, True, False),
+                                               ("vessel_alphas", 0, False, True), ("swap_strengths", 0, False, True)):
             message = _sweep(getattr(self, name), name.upper(), minimum, integer, strict)
             if message:
                 raise ValueError(message)
+        for name in ("vessel_alphas", "swap_strengths"):
+            if max(getattr(self, name)) > 1:
+                raise ValueError(f"{name.upper()} values must lie in (0, 1], got {getattr(self, name)!r}")
+        # GMIA's margins run from loosest to strictest (more private): distinct, decreasing cosines in [-1, 1].
+        message = _sweep(tuple(-value for value in self.gmia_margins) if isinstance(self.gmia_margins, (tuple, list))
+                         else self.gmia_margins, "GMIA_MARGINS (negated)", -1)
+        if message or max(self.gmia_margins) > 1 or min(self.gmia_margins) < -1:
+            raise ValueError(f"GMIA_MARGINS must be distinct decreasing cosines in [-1, 1] (loosest first), got "
+                             f"{self.gmia_margins!r}")
         if max(self.snow_p) > 1:
             raise ValueError(f"SNOW_P values must lie in (0, 1], got {self.snow_p!r}")
         if max(self.noise_sigmas) > 1:

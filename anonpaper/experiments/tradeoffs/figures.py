@@ -14,9 +14,10 @@ from anonpaper.experiments.tradeoffs.pipeline import (CONSTANT, KNOB_SYMBOLS, ME
 # such points are drawn on the frame's edge (open markers) so the readable range is kept.
 LOW, HIGH = -0.25, 1.35
 COLORS = {"blur": "#1f77b4", "pixelate": "#17becf", "gaussian-noise": "#7f7f7f", "snow": "#ff7f0e",
-          "vs-snow": "#d62728", "k-same-pixel": "#2ca02c", "k-salsa": "#9467bd"}
+          "vs-snow": "#d62728", "k-same-pixel": "#2ca02c", "k-salsa": "#9467bd", "sspace-vessel-edit": "#8c564b",
+          "stylespace": "#e377c2", "gmia": "#bcbd22", "identity-swap": "#393b79"}
 MARKERS = {"blur": "o", "pixelate": "s", "gaussian-noise": "v", "snow": "^", "vs-snow": "D", "k-same-pixel": "P",
-           "k-salsa": "X"}
+           "k-salsa": "X", "sspace-vessel-edit": "h", "stylespace": "<", "gmia": ">", "identity-swap": "d"}
 
 
 def plot_tradeoff(outcome: Outcome, modality: str, threat: str):

@@ -9,9 +9,12 @@
    ordered from least to most private: Gaussian blur (sigma), pixelation (block side), Gaussian noise (sigma), Snow
    and VS-Snow (p; VS-Snow on the fundus phantom's own vessel masks), k-same pixel averaging (k patients per
    cluster), plus the two ends, *no change* (the members' originals) and *constant* (one constant image, the
-   zero-information release); and, where the generators chapter's fundus StyleGAN2 is at hand, k-SALSA
-   (:func:`ksalsa_releases`). Every release is paired with its source images: a method that releases one image
-   per cluster (k-same, k-SALSA) stands that image in for each member's image, so every method is audited alike.
+   zero-information release); and the learned methods, each with the networks and recipe of the chapter that
+   reproduces it (:func:`learned_releases`): k-SALSA (k) and paper 1's vessel edit with StyleSpace at the same
+   image change (alpha) on the generators chapter's fundus StyleGAN2, GMIA's latent optimisation (margin m) and
+   the disentanglement identity swap (strength) on chest X-rays. Every release is paired with its source images: a
+   method that releases one image per cluster (k-same, k-SALSA) stands that image in for each member's image, so
+   every method is audited alike.
 3. **Audits.** One :func:`anonpaper.audit.audit_release` per (method, knob) on the same originals, members and
    audit seed, so every audit splits the patients into the same attacker-train and attacked sides. A finished
    audit is cached (:class:`anonpaper.cache.ArtifactCache`, keyed by the original and released pixels, the labels,
@@ -41,25 +44,25 @@ MODALITIES = {"fundus": "fundus", "cxr": "chest X-ray"}
 NO_CHANGE, CONSTANT = "no change", "constant"
 METHOD_LABELS = {NO_CHANGE: "no change", CONSTANT: "constant image", "blur": "blur", "pixelate": "pixelation",
                  "gaussian-noise": "Gaussian noise", "snow": "Snow", "vs-snow": "VS-Snow",
-                 "k-same-pixel": "k-same pixel", "k-salsa": "k-SALSA"}
+                 "k-same-pixel": "k-same pixel", "k-salsa": "k-SALSA", "sspace-vessel-edit": "S-space vessel edit",
+                 "stylespace": "StyleSpace", "gmia": "GMIA", "identity-swap": "identity swap"}
 KNOBS = {"blur": ("sigma", "blur_sigmas"), "pixelate": ("block_size", "pixelate_blocks"),
          "gaussian-noise": ("sigma", "noise_sigmas"), "snow": ("p", "snow_p"), "vs-snow": ("p", "snow_p"),
-         "k-same-pixel": ("k", "k_values"), "k-salsa": ("k", "ksalsa_k_values")}
-KNOB_SYMBOLS = {"sigma": "σ", "block_size": "block", "p": "p", "k": "k"}
-FUNDUS_ONLY = ("vs-snow", "k-salsa")
-# The methods the papers of the study propose (the others are the trivial baselines).
-PAPER_METHODS = ("snow", "vs-snow", "k-salsa")
-# GAN-based methods of the study that this chapter does not audit yet, and what they would need (shown on the page).
-NOT_AUDITED = {
-    "S-space vessel edit (paper 1), StyleSpace": "its edit rests on the vascular chapter's channel ranking (Jacobian "
-                                                 "contribution scores through that chapter's vessel segmenter, on "
-                                                 "generated images), computed inside that chapter's run; releasing "
-                                                 "real images would add a projection into the generator per image",
-    "GMIA latent optimisation (paper 3)": "needs the identity and utility networks and the latent encoder that the "
-                                          "GMIA chapter's run trains for its own chest X-ray cohort",
-    "disentanglement identity swap (paper 5)": "needs the autoencoder that the disentanglement chapter's run trains "
-                                               "on its own iris and chest X-ray cohorts",
-}
+         "k-same-pixel": ("k", "k_values"), "k-salsa": ("k", "ksalsa_k_values"),
+         "sspace-vessel-edit": ("alpha", "vessel_alphas"), "stylespace": ("alpha", "vessel_alphas"),
+         "gmia": ("margin", "gmia_margins"), "identity-swap": ("strength", "swap_strengths")}
+KNOB_SYMBOLS = {"sigma": "σ", "block_size": "block", "p": "p", "k": "k", "alpha": "α", "margin": "m",
+                "strength": "strength"}
+FUNDUS_ONLY = ("vs-snow", "k-salsa", "sspace-vessel-edit", "stylespace")
+CXR_ONLY = ("gmia", "identity-swap")
+# The methods the papers of the study propose (the others are the trivial baselines and the papers' baselines).
+PAPER_METHODS = ("snow", "vs-snow", "k-salsa", "sspace-vessel-edit", "gmia", "identity-swap")
+# The learned methods' releases: the vessel edits' names in the vascular chapter.
+VESSEL_EDITS = {"sspace-vessel-edit": "ours", "stylespace": "StyleSpace"}
+# Which chapters' configs each learned method needs (the generators chapter's for the generator-based ones).
+NEEDS = {"k-salsa": ("02_generators",), "sspace-vessel-edit": ("02_generators", "03_vascular_sspace"),
+         "stylespace": ("02_generators", "03_vascular_sspace"), "gmia": ("02_generators", "04_gmia"),
+         "identity-swap": ("06_disentanglement",)}
 FUNDUS_TASK, CXR_TASK = "dr_3class", "findings"
 
 
@@ -84,9 +87,9 @@ def settings_for(config: Config, modality: str) -> list[Setting]:
     """Every release of a modality, the two ends first, each method's knob in increasing (more private) order."""
     settings = [Setting(NO_CHANGE), Setting(CONSTANT)]
     for method, (knob, field_name) in KNOBS.items():
-        if method in FUNDUS_ONLY and modality != "fundus":
+        if (method in FUNDUS_ONLY and modality != "fundus") or (method in CXR_ONLY and modality != "cxr"):
             continue
-        if method == "k-salsa" and method not in config.gan_methods:
+        if method in NEEDS and method not in config.gan_methods:
             continue
         settings += [Setting(method, knob, float(value)) for value in getattr(config, field_name)]
     return settings
@@ -179,9 +182,9 @@ def release(data: ModalityData, setting: Setting, config: Config,
         return sources.copy()
     if setting.method == CONSTANT:
         anonymizer = methods.get("constant")
-    elif setting.method == "k-salsa":
+    elif setting.method in NEEDS:
         if gan_releases is None or setting not in gan_releases:
-            raise ValueError(f"{setting.label}: the k-SALSA releases were not built (ksalsa_releases)")
+            raise ValueError(f"{setting.label}: the learned methods' releases were not built (learned_releases)")
         return gan_releases[setting]
     else:
         value = int(setting.value) if setting.knob in ("block_size", "k") else setting.value
@@ -235,6 +238,94 @@ def ksalsa_releases(data: ModalityData, config: Config, generator_config: Any,
         description, build)
     details = {key: value for key, value in artifact.items() if key != "released"}
     return {Setting("k-salsa", "k", k): images for k, images in artifact["released"].items()}, details
+
+
+def _cached_releases(namespace: str, owner: str, description: dict, build: Callable[[], dict]) -> dict:
+    """A learned method's releases, cached by the members' pixels and the recipe, keyed on the code that builds them
+    (``owner``'s package), not on this chapter's."""
+    return ArtifactCache(namespace, owner=owner).get_or_create(description, build)
+
+
+def learned_releases(data: ModalityData, config: Config, configs: dict[str, Any],
+                     log: Callable[[str], None] = lambda line: None) -> tuple[dict[Setting, np.ndarray], dict]:
+    """Every learned method's releases of ``data``'s members at every knob value, each built from the chapter that
+    reproduces it (:mod:`anonpaper.experiments.releases`): k-SALSA (:func:`ksalsa_releases`), paper 1's vessel
+    edit and StyleSpace (one channel ranking and one projection for both, every alpha), GMIA at every margin and the
+    identity swap at every strength.
+
+    Args:
+        data: The modality's cohort.
+        config: The chapter's config (``gan_methods`` and the knob sweeps).
+        configs: Study name -> that chapter's config at ``config.generators_profile`` (:data:`NEEDS` says which).
+        log: One line per stage.
+
+    Returns:
+        ``({Setting: uint8 (M, H, W, C)}, {method: details})``.
+    """
+    from anonpaper.experiments.disentanglement.release import identity_swap_releases
+    from anonpaper.experiments.gmia.release import gmia_releases
+    from anonpaper.experiments.vascular.release import vessel_edit_releases
+
+    settings = [setting for setting in settings_for(config, data.name) if setting.method in NEEDS]
+    methods = list(dict.fromkeys(setting.method for setting in settings))
+    sources = data.images[data.member_rows]
+    releases: dict[Setting, np.ndarray] = {}
+    details: dict[str, Any] = {}
+
+    def recipe(study: str) -> dict:
+        return configs[study].parameters()
+
+    if "k-salsa" in methods:
+        built, details["k-salsa"] = ksalsa_releases(data, config, configs["02_generators"], log)
+        releases.update(built)
+    edits = [method for method in methods if method in VESSEL_EDITS]
+    if edits:
+        description = {"members": content_hash(sources), "methods": edits, "alphas": list(config.vessel_alphas),
+                       "seed": config.seed, "generators": recipe("02_generators"),
+                       "vascular": recipe("03_vascular_sspace")}
+
+        def build_edits() -> dict:
+            built, info = vessel_edit_releases(sources, [VESSEL_EDITS[method] for method in edits],
+                                               config.vessel_alphas, configs["02_generators"],
+                                               configs["03_vascular_sspace"],
+                                               seed=derive_seed(config.seed, "vessel-edit"), log=log)
+            return {"released": built, "details": info}
+
+        artifact = _cached_releases("tradeoffs-vessel-edits", "anonpaper.experiments.vascular.pipeline",
+                                    description, build_edits)
+        for method in edits:
+            details[method] = artifact["details"]
+            for alpha in config.vessel_alphas:
+                releases[Setting(method, "alpha", float(alpha))] = artifact["released"][(VESSEL_EDITS[method],
+                                                                                         float(alpha))]
+    if "gmia" in methods:
+        description = {"members": content_hash(sources), "margins": list(config.gmia_margins),
+                       "generators": recipe("02_generators"), "gmia": recipe("04_gmia")}
+
+        def build_gmia() -> dict:
+            built, info = gmia_releases(sources, configs["02_generators"], configs["04_gmia"],
+                                        margins=config.gmia_margins, log=log)
+            return {"released": built, "details": info}
+
+        artifact = _cached_releases("tradeoffs-gmia", "anonpaper.experiments.gmia.pipeline", description, build_gmia)
+        details["gmia"] = artifact["details"]
+        for margin in config.gmia_margins:
+            releases[Setting("gmia", "margin", float(margin))] = artifact["released"][float(margin)]
+    if "identity-swap" in methods:
+        description = {"members": content_hash(sources), "strengths": list(config.swap_strengths),
+                       "seed": config.seed, "disentanglement": recipe("06_disentanglement")}
+
+        def build_swap() -> dict:
+            built, info = identity_swap_releases(sources, "cxr", config.swap_strengths, configs["06_disentanglement"],
+                                                 seed=derive_seed(config.seed, "identity-swap"), log=log)
+            return {"released": built, "details": info}
+
+        artifact = _cached_releases("tradeoffs-identity-swap", "anonpaper.experiments.disentanglement.pipeline",
+                                    description, build_swap)
+        details["identity-swap"] = artifact["details"]
+        for strength in config.swap_strengths:
+            releases[Setting("identity-swap", "strength", float(strength))] = artifact["released"][float(strength)]
+    return releases, details
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -338,30 +429,39 @@ class Outcome:
         return pd.concat([outcome.scores for outcome in self.modalities.values()], ignore_index=True)
 
 
-def run(config: Config, generator_config: Any = None, log: Callable[[str], None] | None = None) -> Outcome:
+def run(config: Config, generator_config: Any = None, log: Callable[[str], None] | None = None,
+        chapter_configs: dict[str, Any] | None = None) -> Outcome:
     """Build both cohorts, release them by every method and knob, and audit every release.
 
     Args:
         config: The chapter's :class:`Config`.
         generator_config: The generators chapter's config at ``config.generators_profile`` (from
-            :func:`anonpaper.runner.study_config`); needed when ``config.gan_methods`` names a method.
+            :func:`anonpaper.runner.study_config`); needed when ``config.gan_methods`` names a generator-based method.
         log: Called with one progress line per audit; None is silent.
+        chapter_configs: Study name -> the config of each other chapter whose networks a learned method uses, at
+            ``config.generators_profile`` (:data:`NEEDS` says which).
 
     Returns:
         :class:`Outcome`.
+
+    Raises:
+        ValueError: A learned method in ``config.gan_methods`` whose chapter config was not given.
     """
     log = log or (lambda line: None)
     started = time.perf_counter()
-    if config.gan_methods and generator_config is None:
-        raise ValueError(f"GAN_METHODS {list(config.gan_methods)} need the generators chapter's config "
-                         "(generator_config)")
+    configs = {**(chapter_configs or {}), **({"02_generators": generator_config} if generator_config else {})}
+    missing = sorted({study for method in config.gan_methods for study in NEEDS[method]} - set(configs))
+    if missing:
+        raise ValueError(f"GAN_METHODS {list(config.gan_methods)} need the configs of {missing} "
+                         "(generator_config, chapter_configs)")
     outcomes, gan = {}, {}
     for name in MODALITIES:
         data = load_modality(config, name)
         settings = settings_for(config, name)
         gan_releases = None
-        if any(setting.method == "k-salsa" for setting in settings):
-            gan_releases, gan["k-salsa"] = ksalsa_releases(data, config, generator_config, log)
+        if any(setting.method in NEEDS for setting in settings):
+            gan_releases, details = learned_releases(data, config, configs, log)
+            gan.update(details)
         rows, examples, seconds, cached, counts = [], {}, {}, [], {}
         for setting in settings:
             tick = time.perf_counter()
@@ -377,8 +477,7 @@ def run(config: Config, generator_config: Any = None, log: Callable[[str], None]
                 + (" (cached audit)" if from_cache else ""))
         outcomes[name] = ModalityOutcome(data=data, settings=settings, scores=pd.DataFrame(rows), counts=counts,
                                          examples=examples, seconds=seconds, cached=cached)
-    not_audited = dict(NOT_AUDITED)
-    if "k-salsa" not in config.gan_methods:
-        not_audited["k-SALSA (paper 4)"] = "left out by GAN_METHODS in this run"
+    not_audited = {METHOD_LABELS[method]: "left out by GAN_METHODS in this run" for method in NEEDS
+                   if method not in config.gan_methods}
     return Outcome(config=config, modalities=outcomes, gan=gan, not_audited=not_audited,
                    seconds=time.perf_counter() - started)

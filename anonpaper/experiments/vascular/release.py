@@ -1,6 +1,6 @@
 """Paper 1's vessel edit and its three baselines as releases of a set of real fundus images.
 
-:func:`vessel_edit_release` applies the vascular chapter's recipe to any square RGB fundus images:
+:func:`vessel_edit_releases` applies the vascular chapter's recipe to any square RGB fundus images:
 
 1. the generators chapter's fundus StyleGAN2 and the chapter's vessel U-Net (shipped weights, else the cache, else
    trained first);
@@ -21,7 +21,7 @@ writer (``anonpaper anonymize sspace-vessel-edit``, ``stylespace``, ``lowrankgan
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -36,16 +36,17 @@ METHOD_NAMES = {"sspace-vessel-edit": "ours", "stylespace": "StyleSpace", "lowra
 OPTION_MINIMUMS = {"projector_steps": 1, "score_images": 2}
 
 
-def vessel_edit_release(images: np.ndarray, method: str, alpha: float, generator_config: Any, config: Any = None, *,
-                        seed: int = 0, log: Callable[[str], None] = lambda line: None,
-                        progress: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
-    """Paper 1's vessel edit (or a baseline) of real fundus images.
+def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Sequence[float], generator_config: Any,
+                         config: Any = None, *, seed: int = 0, log: Callable[[str], None] = lambda line: None,
+                         progress: bool = False) -> tuple[dict[tuple[str, float], np.ndarray], dict[str, Any]]:
+    """Paper 1's vessel edit and its baselines of real fundus images, at several strengths (one ranking, one
+    projection).
 
     Args:
         images: uint8 ``(N, H, H, 3)`` real fundus images (any square size). Not modified.
-        method: ``"ours"``, ``"StyleSpace"``, ``"LowRankGAN"`` or ``"ReSeFa"``.
-        alpha: Edit strength in [0, 1] (Eq. 11; the baselines are matched to ours at this strength; 0 releases the
-            projection).
+        methods: Any of ``"ours"``, ``"StyleSpace"``, ``"LowRankGAN"`` and ``"ReSeFa"``.
+        alphas: Edit strengths in [0, 1] (Eq. 11; the baselines are matched to ours at each strength; 0 releases
+            the projection).
         generator_config: The generators chapter's config whose fundus generator and vessel U-Net are used.
         config: The vascular chapter's config (default its quick defaults): ``generator``, ``score_images``,
             ``baseline_images``, ``match_images``, ``chunk_size``, ``projector_steps``, ``segmenter_epochs`` and
@@ -55,13 +56,13 @@ def vessel_edit_release(images: np.ndarray, method: str, alpha: float, generator
         progress: Show training progress when a network has to be trained.
 
     Returns:
-        ``(uint8 (N, H, H, 3), details)``; details hold the generator's source and kimg, the edited channel (or
-        why a baseline found no direction), the projection's mean PSNR (dB), the mean absolute change of the
+        ``({(method, alpha): uint8 (N, H, H, 3)}, details)``; details hold the generator's source and kimg, the
+        vessel U-Net's Dice, the edited channel, the projection's mean PSNR (dB), the mean absolute change of each
         edit at the generator's resolution and the seconds.
 
     Raises:
-        ValueError: Images that are not square RGB uint8, an unknown method, alpha outside [0, 1], or a baseline
-            that found no direction on this generator.
+        ValueError: Images that are not square RGB uint8, an unknown method, an alpha outside [0, 1], or a
+            baseline that found no direction on this generator.
     """
     import torch
 
@@ -76,11 +77,13 @@ def vessel_edit_release(images: np.ndarray, method: str, alpha: float, generator
     from anonpaper.models.stylegan import style_statistics
     from anonpaper.runtime import derive_seed
 
-    check_fundus_images(images, method)
-    if method not in METHOD_NAMES.values():
-        raise ValueError(f"unknown vessel edit {method!r}; expected one of {list(METHOD_NAMES.values())}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-        raise ValueError(f"{method}: alpha must be a number in [0, 1], got {alpha!r}")
+    check_fundus_images(images, "the vessel edit")
+    unknown = [method for method in methods if method not in METHOD_NAMES.values()]
+    if unknown or not methods:
+        raise ValueError(f"vessel edits must be some of {list(METHOD_NAMES.values())}, got {list(methods)!r}")
+    for alpha in alphas:
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+            raise ValueError(f"vessel edit: alpha must be a number in [0, 1], got {alpha!r}")
     config = config or Config()
     started = time.perf_counter()
     generator_config = generators_config_for(config, generator_config)
@@ -92,7 +95,7 @@ def vessel_edit_release(images: np.ndarray, method: str, alpha: float, generator
     network, dice = vessel_segmenter(config, generator_config, progress)
 
     # The ranking, as the chapter finds it: on generated images, whose vessels the U-Net reads.
-    log(f"{method}: scoring the S channels on {config.score_images} generated images")
+    log(f"vessel edit: scoring the S channels on {config.score_images} generated images")
     ws_scored, codes_scored = sample_codes(generator, config.score_images, derive_seed(config.seed, "score-images"))
     targets = resize_square_images(torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255,
                                    resolution)
@@ -106,32 +109,37 @@ def vessel_edit_release(images: np.ndarray, method: str, alpha: float, generator
                               progress=False).ranking[:1].tolist()
     statistics = style_statistics(generator, num_samples=1000, seed=derive_seed(config.seed, "style-statistics"))
     baselines = None
-    if method != OURS:
+    if set(methods) - {OURS}:
         rows = slice(0, min(config.baseline_images, config.score_images))
         baselines = find_baselines(generator, ws_scored[rows], codes_scored.select(rows), masks[rows],
                                    config.chunk_size)
 
-    log(f"{method}: projecting {len(images)} images into W+ ({config.projector_steps} steps each)")
+    log(f"vessel edit: projecting {len(images)} images into W+ ({config.projector_steps} steps each)")
     ws, codes, reconstruction = project_real(generator, targets, config.projector_steps,
                                              derive_seed(seed, "projector"))
     edit_set = EditSet("real", reconstruction, codes, ws, targets)
-    if baselines is None:  # ours alone: the baselines' matching is not needed
-        edited, error = top_channel_edit(generator, edit_set, top, statistics["mean"], float(alpha)), ""
-    else:
-        edit = edit_methods(generator, edit_set, top, top, statistics, baselines, [float(alpha)],
-                            config.match_images)[(method, float(alpha))]
-        edited, error = edit["images"], edit["error"]
-    if edited is None:
-        raise ValueError(f"{method} found no edit on this generator: {error}")
-    change = float((edited - reconstruction).abs().mean())
-    released = resize_square_images(edited.float().clamp(0, 1), images.shape[1])
-    output = (released * 255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+    released, changes = {}, {}
+    for alpha in alphas:
+        if baselines is None:  # ours alone: the baselines' matching is not needed
+            edits = {OURS: {"images": top_channel_edit(generator, edit_set, top, statistics["mean"], float(alpha)),
+                            "error": ""}}
+        else:
+            edits = {method: edit for (method, _), edit in edit_methods(
+                generator, edit_set, top, top, statistics, baselines, [float(alpha)], config.match_images).items()}
+        for method in methods:
+            edited = edits[method]["images"]
+            if edited is None:
+                raise ValueError(f"{method} found no edit on this generator: {edits[method]['error']}")
+            changes[(method, float(alpha))] = float((edited - reconstruction).abs().mean())
+            sized = resize_square_images(edited.float().clamp(0, 1), images.shape[1])
+            released[(method, float(alpha))] = (sized * 255).round().clamp(0, 255).to(torch.uint8).permute(
+                0, 2, 3, 1).numpy()
     details = {"generator_source": trained.source, "generator_kimg": float(trained.kimg), "resolution": resolution,
-               "vessel_unet_dice": dice, "top_channel": codes.layout.locate(int(top[0])),
-               "baseline_errors": {} if baselines is None else dict(baselines.errors),
-               "projection_psnr": float(psnr(reconstruction, targets)), "change": change,
+               "vessel_unet_dice": dice, "top_channel": list(codes.layout.locate(int(top[0]))),
+               "projection_psnr": float(psnr(reconstruction, targets)),
+               "change": {f"{method} alpha={alpha:g}": value for (method, alpha), value in changes.items()},
                "seconds": time.perf_counter() - started}
-    return output, details
+    return released, details
 
 
 def method_spec(name: str, chapter_config: Any, generator_config: Any,
@@ -141,8 +149,8 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any,
     generator at ``generator_config``.
 
     Options: ``alpha`` (edit strength in [0, 1], default the chapter's table strength, 0.5 as in paper 1's Table
-    2), ``projector_steps`` and ``score_images`` (defaults: the chapter config's). The method's seed seeds the projector; the
-    whole folder is edited at once (the channel ranking is found once).
+    2), ``projector_steps`` and ``score_images`` (defaults: the chapter config's). The method's seed seeds the
+    projector; the whole folder is edited at once (the channel ranking is found once).
     """
     import torch
 
@@ -165,14 +173,14 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any,
         config = chapter.replace(projector_steps=int(options["projector_steps"]),
                                  score_images=int(options["score_images"]),
                                  baseline_images=min(chapter.baseline_images, int(options["score_images"])))
-        edited, _ = vessel_edit_release(images.permute(0, 2, 3, 1).contiguous().numpy(), METHOD_NAMES[name],
-                                        float(options["alpha"]), generator_config, config, seed=seed, log=log,
-                                        progress=progress)
-        return torch.from_numpy(edited).permute(0, 3, 1, 2).contiguous()
+        released, _ = vessel_edit_releases(images.permute(0, 2, 3, 1).contiguous().numpy(), [METHOD_NAMES[name]],
+                                           [float(options["alpha"])], generator_config, config, seed=seed, log=log,
+                                           progress=progress)
+        return torch.from_numpy(next(iter(released.values()))).permute(0, 3, 1, 2).contiguous()
 
     # The whole set at once: the ranking (and a baseline's matched step) is found once per folder.
     return MethodSpec(name=name, summary=GAN_METHODS[name], defaults=defaults, apply=apply, validate=validate,
                       whole_set=True)
 
 
-__all__ = ["METHOD_NAMES", "method_spec", "vessel_edit_release"]
+__all__ = ["METHOD_NAMES", "method_spec", "vessel_edit_releases"]
