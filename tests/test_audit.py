@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from anonpaper.audit import AuditSettings, advantage_retained, audit_release
+from anonpaper.audit import AuditSettings, NetworkMemo, advantage_retained, audit_release
 from anonpaper.audit.report import check_output_folder, write_report
 from anonpaper.audit.scores import paired_seed_score
 from anonpaper.audit.suite import link_released_images
@@ -207,3 +207,24 @@ def test_report_files_hold_every_score(identical_report, tmp_path):
         check_output_folder(tmp_path / "report", [tmp_path / "elsewhere"])
     with pytest.raises(ValueError, match="lies inside the audited folder"):
         check_output_folder(tmp_path / "report" / "inner", [tmp_path / "report"], overwrite=True)
+
+
+def test_a_shared_network_memo_trains_the_originals_networks_once_and_changes_no_score(retina):
+    """Two releases of one cohort audited with one NetworkMemo give the reports they give alone, and the second
+    audit trains only the networks that learn from its release."""
+    images, patients = retina["images"], retina["patients"]
+    settings = AuditSettings(identity_epochs=3, classifier_epochs=2, bootstrap_resamples=20)
+    blurred = torch.nn.functional.avg_pool2d(torch.from_numpy(images), 3, stride=1, padding=1).numpy()
+    darker = images * 0.8
+    common = {"source": np.arange(len(images)), "sensitive": retina["sex"], "tasks": {"dr_grade": retina["dr"]},
+              "settings": settings}
+    alone = [audit_release(images, release, patients, **common).to_dict() for release in (blurred, darker)]
+    memo = NetworkMemo()
+    shared = [audit_release(images, blurred, patients, networks=memo, **common).to_dict()]
+    after_first = len(memo)
+    shared.append(audit_release(images, darker, patients, networks=memo, **common).to_dict())
+    assert shared == alone
+    # The second audit reuses the originals' networks: it adds fewer than the first trained.
+    assert 0 < len(memo) - after_first < after_first
+    with pytest.raises(ValueError, match="networks must be a NetworkMemo"):
+        audit_release(images, darker, patients, networks={}, **common)

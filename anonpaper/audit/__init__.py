@@ -11,7 +11,7 @@ from anonpaper.audit.folders import audit_folders, read_folders
 from anonpaper.audit.report import write_report
 from anonpaper.audit.scores import Score, advantage_retained
 from anonpaper.audit.settings import AuditSettings
-from anonpaper.audit.suite import AuditReport, audit_release
+from anonpaper.audit.suite import AuditReport, NetworkMemo, audit_release
 
-__all__ = ["AuditReport", "AuditSettings", "Score", "advantage_retained", "audit_folders", "audit_release",
+__all__ = ["AuditReport", "AuditSettings", "NetworkMemo", "Score", "advantage_retained", "audit_folders", "audit_release",
            "read_folders", "write_report"]

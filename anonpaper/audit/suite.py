@@ -294,12 +294,32 @@ def _prepare(original, released, patients, source, released_patients, sensitive,
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# trained instruments (memoised within one audit: identical training sets train once)
+# trained instruments (memoised: identical training sets train once, within an audit and, with a NetworkMemo,
+# across audits)
 # ---------------------------------------------------------------------------------------------------------------
+class NetworkMemo:
+    """Trained audit networks shared by several audits of the same originals.
+
+    Every network an audit trains is a function of its kind, its training images and labels, its seed and the audit
+    settings (training is seeded, so the same inputs give the same weights); the memo keys it on those, so audits of
+    several releases of one cohort train the networks that learn only from the originals (the reference linkage,
+    attribute and task models) once. Results are the same as without the memo. Pass one memo to every
+    :func:`audit_release` call that should share it; it lives as long as the caller keeps it.
+    """
+
+    def __init__(self) -> None:
+        self.networks: dict[str, torch.nn.Module] = {}
+
+    def __len__(self) -> int:
+        return len(self.networks)
+
+
 class _Instruments:
-    def __init__(self, settings: AuditSettings, channels: int):
+    def __init__(self, settings: AuditSettings, channels: int, memo: NetworkMemo | None = None):
         self.settings, self.channels = settings, channels
-        self._memo: dict[str, torch.nn.Module] = {}
+        # One audit's own memo when none is shared; the settings enter the key, so a shared memo never mixes them.
+        self._memo = (memo if memo is not None else NetworkMemo()).networks
+        self._settings_key = content_hash(repr(settings))
 
     def _train_settings(self, epochs: int, seed: int) -> TrainSettings:
         return TrainSettings(epochs=epochs, batch_size=self.settings.batch_size, lr=self.settings.lr, seed=seed,
@@ -307,7 +327,8 @@ class _Instruments:
 
     def _memoised(self, kind: str, images: torch.Tensor, labels: np.ndarray, seed: int,
                   build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
-        key = content_hash(kind, images.numpy(), np.asarray(labels).astype(str), seed)
+        key = content_hash(kind, images.numpy(), np.asarray(labels).astype(str), seed, self._settings_key,
+                           self.channels)
         if key not in self._memo:
             # Training reseeds torch's global generator; the caller's stream is left as it was.
             with torch.random.fork_rng(devices=[]):
@@ -451,11 +472,11 @@ class _Audit:
 
     def __init__(self, original: torch.Tensor, patients: np.ndarray, release: _View, reference: _View,
                  sensitive: np.ndarray | None, tasks: dict[str, np.ndarray], masks: np.ndarray | None,
-                 settings: AuditSettings, log: Callable[[str], None]):
+                 settings: AuditSettings, log: Callable[[str], None], memo: NetworkMemo | None = None):
         self.original, self.patients, self.release, self.reference = original, patients, release, reference
         self.sensitive, self.tasks, self.masks, self.settings, self.log = sensitive, tasks, masks, settings, log
         self.paired = bool((release.source >= 0).all())
-        self.instruments = _Instruments(settings, original.shape[1])
+        self.instruments = _Instruments(settings, original.shape[1], memo)
         self.notes: list[str] = []
         self.members = np.unique(release.patients)
         self._split()
@@ -782,7 +803,8 @@ class _Audit:
 def audit_release(original: Any, released: Any, patients: Any, *, source: Any = None, released_patients: Any = None,
                   sensitive: Any = None, sensitive_name: str = "sex", tasks: dict[str, Any] | None = None,
                   released_sensitive: Any = None, released_tasks: dict[str, Any] | None = None, masks: Any = None,
-                  settings: AuditSettings | None = None, log: Callable[[str], None] | None = None) -> AuditReport:
+                  settings: AuditSettings | None = None, log: Callable[[str], None] | None = None,
+                  networks: NetworkMemo | None = None) -> AuditReport:
     """Run the audit suite (module docstring) on one release.
 
     Args:
@@ -804,6 +826,9 @@ def audit_release(original: Any, released: Any, patients: Any, *, source: Any = 
             pixel-aligned release.
         settings: :class:`AuditSettings` (default: smoke-sized).
         log: Called with one line per stage; None is silent.
+        networks: A :class:`NetworkMemo` shared with other audits of the same originals, so the networks that learn
+            only from the originals train once (the report is the same with or without it); None keeps them to this
+            audit.
 
     Returns:
         :class:`AuditReport`.
@@ -819,6 +844,8 @@ def audit_release(original: Any, released: Any, patients: Any, *, source: Any = 
     images, patient_ids, release, reference, sensitive_labels, mask_array, task_labels = _prepare(
         original, released, patients, source, released_patients, sensitive, tasks, released_sensitive,
         released_tasks, masks)
+    if networks is not None and not isinstance(networks, NetworkMemo):
+        raise ValueError(f"networks must be a NetworkMemo, got {type(networks).__name__}")
     audit = _Audit(images, patient_ids, release, reference, sensitive_labels, task_labels, mask_array, settings,
-                   log or (lambda line: None))
+                   log or (lambda line: None), networks)
     return audit.run(sensitive_name)
