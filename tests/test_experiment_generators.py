@@ -171,7 +171,9 @@ GOOD = {"FD-vessel-unet": 10.0, "FD-vessel-unet/untrained": 40.0, "vessel_fracti
         "vessel_skeleton/length_per_piece/relative_difference/se": 0.1,
         "vessel_skeleton/junctions_per_image/relative_difference/se": 0.1,
         "vessel_skeleton/pieces_per_image/real": 2.3, "vessel_skeleton/pieces_per_image/generated": 3.0,
-        "vessel_skeleton/largest_piece/real": 0.95, "vessel_skeleton/largest_piece/generated": 0.8}
+        "vessel_skeleton/largest_piece/real": 0.95, "vessel_skeleton/largest_piece/generated": 0.8,
+        "memorisation/nn_distance/generated": 1.02, "memorisation/nn_distance/held_out": 1.0,
+        "memorisation/ratio": 1.02, "memorisation/ratio/se": 0.02, "memorisation/n/held_out": 60}
 STROKES = {"vessel_skeleton/length_per_piece/generated": 7.7}  # the quick StyleGAN2's scattered strokes
 
 
@@ -181,7 +183,8 @@ def _verdicts(outcome) -> dict[str, str]:
 
 def test_claims_hold_on_good_numbers_and_fail_on_bad_ones():
     assert set(_verdicts(_outcome(GOOD)).values()) == {HOLDS}
-    bad = {**GOOD, **STROKES, "FD-vessel-unet": 20.0, "vessel_fraction/generated": 0.2, "projector_W+/PSNR": 15.0}
+    bad = {**GOOD, **STROKES, "FD-vessel-unet": 20.0, "vessel_fraction/generated": 0.2, "projector_W+/PSNR": 15.0,
+           "memorisation/ratio": 0.5}
     assert set(_verdicts(_outcome(bad)).values()) == {FAILS}
 
 
@@ -200,6 +203,41 @@ def test_tree_claim_fails_on_strokes_or_missing_junctions_and_is_absent_without_
     assert _verdicts(_outcome(noisy))["fundus-sg2-vessel-tree"] == UNDECIDED
     lungs_like = {name: value for name, value in GOOD.items() if "skeleton" not in name}
     assert "fundus-sg2-vessel-tree" not in _verdicts(_outcome(lungs_like))
+
+
+def test_memorisation_claim_fails_on_copies_and_waits_for_held_out_images_and_noise():
+    verdict = "fundus-sg2-no-memorisation"
+    assert _verdicts(_outcome(GOOD))[verdict] == HOLDS
+    copies = {**GOOD, "memorisation/ratio": 0.3}  # samples far closer to training images than unseen reals are
+    assert _verdicts(_outcome(copies))[verdict] == FAILS
+    # Within the margin but not by two SE: undecided; too few held-out images: undecided.
+    assert _verdicts(_outcome({**GOOD, "memorisation/ratio": 0.93}))[verdict] == UNDECIDED
+    assert _verdicts(_outcome({**GOOD, "memorisation/n/held_out": 5}))[verdict] == UNDECIDED
+    assert _verdicts(_outcome(GOOD, dice=0.2))[verdict] == UNDECIDED
+
+
+def test_memorisation_rows_find_copies_of_the_training_images():
+    """A 'generator' whose samples are training images sits at distance 0 from them (ratio 0); fresh images of the
+    same cohort sit about as far as held-out ones (ratio near 1)."""
+    from anonpaper.data import load_cohort
+
+    config = tiny_config(bootstrap=20)
+    cohort = load_cohort("phantom-retina", n_patients=24, image_size=64, seed=5)
+    images = torch.nn.functional.avg_pool2d(torch.from_numpy(cohort.load_images()).permute(0, 3, 1, 2).float() / 255,
+                                            2)  # the generator's 32 px
+    train, held_out, fresh = images[:24], images[24:34], images[34:44]
+    segmenter = pipeline.evaluation_instruments("fundus-sg2", config, progress=False)[0][0]
+
+    def ratio(generated):
+        rows, nearest = pipeline.memorisation_rows("fundus-sg2", config, segmenter, "vessel", train, generated,
+                                                   held_out)
+        values = {row["metric"]: row["value"] for row in rows}
+        return values["memorisation/ratio"], values["memorisation/ratio/se"], nearest
+
+    copied, _, nearest = ratio(train[3:8])
+    assert copied == 0.0 and nearest.tolist() == [3, 4, 5, 6, 7]
+    unseen, se, _ = ratio(fresh)
+    assert 0.5 < unseen < 2.0 and se > 0
 
 
 def test_skeleton_statistics_tell_a_phantom_vessel_tree_from_scattered_strokes():

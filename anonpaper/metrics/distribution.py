@@ -26,6 +26,7 @@ from ._validation import check_features, check_images, check_positive_int, resol
 
 __all__ = [
     "DistributionScore",
+    "nearest_neighbours",
     "frechet_distance_from_statistics",
     "frechet_distance",
     "FrechetDistance",
@@ -570,6 +571,41 @@ def load_inception_extractor(weights_path: str | Path | None = None) -> Callable
             return model(inception_input(images))
 
     return extract
+
+
+def nearest_neighbours(query, pool, chunk_size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """Euclidean distance from every query row to its nearest pool row, and that row's index.
+
+    The memorisation check of a generator compares its samples' distances to the nearest training image with those
+    of real images it never saw (a generator that copies its training images puts its samples closer).
+
+    Args:
+        query: ``(N, D)`` features.
+        pool: ``(M, D)`` features, ``M >= 1``.
+        chunk_size: Query rows per distance block (memory only; the result does not depend on it).
+
+    Returns:
+        ``(distances float64 (N,), indices int64 (N,))``; ties go to the lowest pool index.
+
+    Example:
+        >>> distances, indices = nearest_neighbours([[0.0, 0.0], [3.0, 4.0]], [[3.0, 0.0], [3.0, 4.5]])
+        >>> distances.tolist(), indices.tolist()
+        ([3.0, 0.5], [0, 1])
+    """
+    query = np.asarray(query, dtype=np.float64)
+    pool = np.asarray(pool, dtype=np.float64)
+    if query.ndim != 2 or pool.ndim != 2 or query.shape[1] != pool.shape[1] or len(pool) == 0:
+        raise ValueError(f"expected query (N, D) and a non-empty pool (M, D), got {query.shape} and {pool.shape}")
+    distances, indices = np.empty(len(query)), np.empty(len(query), dtype=np.int64)
+    pool_sq = (pool ** 2).sum(1)
+    for start in range(0, len(query), chunk_size):
+        block = query[start:start + chunk_size]
+        # Exact differences for the winners: the expanded form picks them, the direct form measures them.
+        squared = (block ** 2).sum(1)[:, None] - 2 * block @ pool.T + pool_sq[None]
+        best = np.argmin(squared, axis=1)
+        indices[start:start + len(block)] = best
+        distances[start:start + len(block)] = np.sqrt(((block - pool[best]) ** 2).sum(1))
+    return distances, indices
 
 
 def knn_precision_recall(real_features, fake_features, k: int = 3) -> tuple[float, float]:

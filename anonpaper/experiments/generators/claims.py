@@ -18,6 +18,7 @@ from anonpaper.experiments.generators.pipeline import TREE_STATISTICS, Outcome, 
 from anonpaper.metrics.statistics import difference_se
 
 MIN_PROJECTOR_IMAGES = 5  # fewer held-out inversions decide nothing
+MIN_MEMORISATION_IMAGES = 20  # fewer held-out images give the nearest-neighbour distances no usable mean
 MASK_PAPER = {
     "vessel": "generated fundus images keep realistic vessels (paper 1: vessel segmentation of generated images)",
     "lungs": "generated chest X-rays keep realistic lung fields (GMIA edits chest X-rays whose anatomy a segmenter "
@@ -69,6 +70,7 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
         classifier = outcome.classifiers.get(KINDS[kind][0])
         if classifier is not None:
             claims.append(_label_claim(outcome, kind, classifier, size))
+        claims.append(_memorisation_claim(outcome, kind, unet))
         value = outcome.value(kind, "projector_W+/PSNR")
         claims.append(decide(
             f"{kind}-projector", f"{kind}: the projector reaches PSNR >= {config.projector_psnr_target:g} dB (W+) on "
@@ -82,6 +84,32 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
             note=f"{config.projector_images} held-out images", n=config.projector_images,
             min_n=MIN_PROJECTOR_IMAGES, kind="phantom-check"))
     return claims
+
+
+def _memorisation_claim(outcome: Outcome, kind: str, unet: list[Instrument]) -> Claim:
+    """The generator does not copy its training images: the mean distance of its samples to their nearest training
+    image is no more than ``Config.memorisation_margin`` (relative) below that of held-out real images (a retention
+    claim on ratio - 1, :func:`anonpaper.experiments.generators.pipeline.memorisation_rows`)."""
+    config = outcome.config
+    ratio = outcome.value(kind, "memorisation/ratio")
+    held_out = outcome.value(kind, "memorisation/n/held_out")
+    trained = outcome.generators[kind]
+    note = ("a generator far from every real image also passes: read it with the FD and vessel checks"
+            + ("; the shipped weights learned a phantom population, while the check reads the chapter's cohort"
+               if trained.source == "shipped" else ""))
+    return decide(
+        f"{kind}-no-memorisation", f"{kind}: generated samples are no closer to their nearest training image than "
+                                   f"held-out real images are (within {100 * config.memorisation_margin:.0f} %)",
+        paper="the papers release synthetic images as new individuals (k-SALSA, GMIA), which assumes no copies",
+        ours={"ratio": round(ratio, 4),
+              "nn_generated": round(outcome.value(kind, "memorisation/nn_distance/generated"), 4),
+              "nn_held_out": round(outcome.value(kind, "memorisation/nn_distance/held_out"), 4),
+              "held_out_images": int(held_out) if math.isfinite(held_out) else 0},
+        rule="retention", effect=ratio - 1.0, se=outcome.value(kind, "memorisation/ratio/se"),
+        margin=config.memorisation_margin,
+        quantity="mean nearest-training distance: generated / held-out - 1 (negative: samples closer)",
+        instruments=unet, note=note, n=int(held_out) if math.isfinite(held_out) else 0,
+        min_n=MIN_MEMORISATION_IMAGES, kind="phantom-check")
 
 
 def _tree_claim(outcome: Outcome, kind: str, mask: str, unet: list[Instrument], size: dict) -> Claim:

@@ -92,6 +92,10 @@ class Config(ChapterConfig):
     tree_tolerance: float = parameter(0.5, "Largest relative difference of skeleton length per piece and junctions "
                                            "per image (generated vs real) for the vessel-tree claim to hold (a few "
                                            "dozen skeleton pixels per 64 px image: looser than the pixel count).")
+    memorisation_margin: float = parameter(0.1, "Largest relative shortfall of the generated samples' distance to "
+                                                "their nearest training image below that of held-out real images "
+                                                "(U-Net features) before the generator is said to copy its training "
+                                                "images (a retention claim: samples no closer than unseen images).")
     bootstrap: int = parameter(50, "Bootstrap draws of both image sets for the SEs of FD, fractions, vessel-tree and "
                                    "label distances.")
     weights_dir: str | None = parameter("weights", "Folder of shipped generator weights (relative to the project "
@@ -140,6 +144,8 @@ class Config(ChapterConfig):
              f"MASK_TOLERANCE must be > 0, got {self.mask_tolerance!r}"),
             (isinstance(self.tree_tolerance, (int, float)) and self.tree_tolerance > 0,
              f"TREE_TOLERANCE must be > 0, got {self.tree_tolerance!r}"),
+            (isinstance(self.memorisation_margin, (int, float)) and 0 < self.memorisation_margin < 1,
+             f"MEMORISATION_MARGIN must lie in (0, 1), got {self.memorisation_margin!r}"),
             (isinstance(self.bootstrap, int) and not isinstance(self.bootstrap, bool) and self.bootstrap >= 2,
              f"BOOTSTRAP must be an integer >= 2, got {self.bootstrap!r}"),
         ]

@@ -1,4 +1,5 @@
-"""Figures of the generators chapter: sample grids beside real images, truncation grids, projections, curves."""
+"""Figures of the generators chapter: sample grids beside real images, nearest training images, truncation grids,
+projections, curves."""
 
 from __future__ import annotations
 
@@ -43,6 +44,17 @@ def plot_samples(outcome: Outcome, columns: int = 8):
                  (f"{kind}\ngenerated", samples["generated"]), (f"{kind}\nuntrained", samples["untrained"])]
     return _grid(rows, columns, "Real images of each generator's cohort, generated images (psi = 1) and an "
                                 "untrained generator's")
+
+
+def plot_nearest(outcome: Outcome):
+    """Per generator: generated samples (psi 1) above the training image nearest to each in the U-Net's features
+    (the memorisation check's neighbours: a copy would show the same image twice)."""
+    rows = []
+    for kind, samples in outcome.samples.items():
+        rows += [(f"{kind}\ngenerated", samples["nearest_generated"]),
+                 (f"{kind}\nnearest training", samples["nearest_train"])]
+    return _grid(rows, max(len(rows[0][1]), 1) if rows else 1,
+                 "Each generated sample above its nearest training image (U-Net features)")
 
 
 def plot_truncation(outcome: Outcome):

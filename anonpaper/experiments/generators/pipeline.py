@@ -31,7 +31,8 @@ from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
 from anonpaper.experiments.generators.config import KINDS, PHANTOM_FUNDUS, Config
 from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights, weights_paths
-from anonpaper.metrics.distribution import frechet_distance, kernel_inception_distance, knn_precision_recall, swd
+from anonpaper.metrics.distribution import (frechet_distance, kernel_inception_distance, knn_precision_recall,
+                                            nearest_neighbours, swd)
 from anonpaper.metrics.identity import vessel_bifurcations
 from anonpaper.metrics.quality import domain_lpips, psnr, ssim
 from anonpaper.metrics.statistics import two_sample_bootstrap_se
@@ -615,6 +616,48 @@ def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: 
     return rows
 
 
+NEAREST_SHOWN = 8  # generated samples shown beside their nearest training image
+
+
+def memorisation_rows(kind: str, config: Config, segmenter, mask_name: str, train: torch.Tensor,
+                      generated: torch.Tensor, held_out: torch.Tensor) -> tuple[list[dict], np.ndarray]:
+    """The memorisation check: the distance of each generated sample to its nearest training image against that of
+    held-out real images (never trained on) to theirs, in the U-Net's pooled features.
+
+    A generator that copies its training images puts its samples closer to them than unseen real images are; the
+    ratio of the mean distances (generated / held-out) is about 1 or more when it does not. Its SE comes from
+    bootstrap draws of both sets.
+
+    Args:
+        train: (T, C, R, R) every training image of the generator's cohort, in [0, 1] at the generator's side.
+        generated: (N, C, R, R) samples; ``held_out``: (H, C, R, R) real test images.
+
+    Returns:
+        ``(metric rows, nearest training index of each generated sample (N,))``.
+    """
+    features = {name: unet_features(segmenter, to_cohort_size(images, config, kind))
+                for name, images in (("train", train), ("generated", generated), ("held_out", held_out))}
+    rows = []
+
+    def add(metric: str, value: float, protocol: str) -> None:
+        rows.append({"kind": kind, "metric": f"memorisation/{metric}", "value": float(value), "protocol": protocol})
+
+    protocol = (f"Euclidean distance to the nearest of {len(train)} training images in the pooled encoder taps of "
+                f"the {mask_name} U-Net")
+    generated_distance, nearest = nearest_neighbours(features["generated"], features["train"])
+    add("nn_distance/generated", generated_distance.mean(), f"{len(generated)} generated (psi 1); {protocol}")
+    add("n/held_out", len(held_out), "held-out real test images")
+    if len(held_out) >= 2:
+        held_distance, _ = nearest_neighbours(features["held_out"], features["train"])
+        add("nn_distance/held_out", held_distance.mean(), f"{len(held_out)} held-out real test images; {protocol}")
+        add("ratio", generated_distance.mean() / held_distance.mean(), "generated / held-out mean distance")
+        add("ratio/se", two_sample_bootstrap_se(held_distance, generated_distance,
+                                                lambda held, fake: float(fake.mean() / held.mean()),
+                                                config.bootstrap, derive_seed(config.seed, "memorisation", kind)),
+            f"{config.bootstrap} bootstrap draws of both sets")
+    return rows, nearest
+
+
 def evaluation_instruments(kind: str, config: Config, progress: bool = True) -> tuple[tuple[Any, dict], Any]:
     """The instruments that read generator ``kind``'s images, trained on its modality's cohort (or cached):
     ``((U-Net, {"mask", "val_dice", "check", "trained_on"}), label classifier or None)``."""
@@ -642,14 +685,21 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
         native = _as_float(kind_cohort(kind, config).split("train").load_images())[pick]
     rows = comparison_rows(kind, config, segmenter, mask_name, real, fake, labels, untrained=untrained,
                            native=native)
+    train_all = _as_float(load_images(kind, config))
+    test_all = _as_float(load_images(kind, config, "test"))
+    memorisation, nearest = memorisation_rows(kind, config, segmenter, mask_name, train_all, fake,
+                                              test_all[:config.eval_images])
+    rows.extend(memorisation)
 
     def add(metric: str, value: float, protocol: str) -> None:
         rows.append({"kind": kind, "metric": metric, "value": float(value), "protocol": protocol})
 
-    held_out = _as_float(load_images(kind, config, "test"))[: config.projector_images]
+    held_out = test_all[: config.projector_images]
     samples = {"generated": fake[:16].numpy(), "real": real[:16].numpy(), "untrained": untrained[:8].numpy(),
                "truncation": np.stack([generate(generator, 6, seed, psi).numpy() for psi in TRUNCATIONS]),
-               "projected_target": held_out.numpy()}
+               "projected_target": held_out.numpy(),
+               "nearest_generated": fake[:NEAREST_SHOWN].numpy(),
+               "nearest_train": train_all[torch.as_tensor(nearest[:NEAREST_SHOWN])].numpy()}
     if len(held_out):
         for space, label in (("w", "W"), ("w+", "W+")):
             result = project(generator, held_out * 2 - 1, space=space, num_steps=config.projector_steps,
