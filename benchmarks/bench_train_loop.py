@@ -22,7 +22,7 @@ with the device, threads, torch version and git commit; the package row carries 
 
 Usage:
     python benchmarks/bench_train_loop.py                                  # CPU, small_cnn, 64 px, 1 thread
-    python benchmarks/bench_train_loop.py --device cuda --model resnet50 --size 256 --batch 64 --images 2048
+    python benchmarks/bench_train_loop.py --device cuda --model resnet50d --size 256 --batch 64 --images 2048
 """
 
 from __future__ import annotations
