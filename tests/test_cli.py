@@ -66,6 +66,11 @@ def check_command(command: str, registry) -> None:
         assert args.name in available_manifests(), f"{command!r}: no data manifest {args.name!r}"
     if args.command == "cohort" and not PLACEHOLDER.match(args.name):
         assert args.name in available_datasets(), f"{command!r}: unknown dataset {args.name!r}"
+    if args.command == "anonymize" and not PLACEHOLDER.match(args.method):
+        from anonpaper.experiments.releases import GAN_METHODS
+        from anonpaper.methods.registry import available
+
+        assert args.method in set(available()) | set(GAN_METHODS), f"{command!r}: unknown method {args.method!r}"
 
 
 def test_shown_commands_are_found():
