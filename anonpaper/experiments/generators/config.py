@@ -45,7 +45,9 @@ class Config(ChapterConfig):
                                         "256; quick: 32, where the lung fields survive and GMIA's co-training "
                                         "fits the quick budget).")
     retina_patients: int = parameter(300, "Phantom fundus patients (about two eyes each).")
-    cxr_patients: int = parameter(60, "Phantom chest X-ray patients (several studies each).")
+    cxr_patients: int = parameter(120, "Phantom chest X-ray patients (several studies each); the findings "
+                                       "classifier that reads the label check reached held-out macro AUROC 0.56 "
+                                       "from 60 patients, under its 0.7 floor, and 0.78 from 120.")
     fundus_sg3t_config: str = parameter("sg3t-tiny", "StyleGAN3-T config of the fundus generator "
                                                      "(anonpaper.models.stylegan.list_configs; paper: sg3t-paper256).")
     fundus_sg2_config: str = parameter("sg2-tiny", "StyleGAN2 config of the fundus generator (paper: sg2-paper256).")
