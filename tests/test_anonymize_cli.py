@@ -521,3 +521,24 @@ def test_learned_methods_refuse_bad_input_with_exit_2(cohorts, tmp_path, capsys,
     error = capsys.readouterr().err
     assert message in error, error
     assert not list(out.glob("images/*")), "nothing is released"
+
+
+def test_learned_methods_on_plain_folders(cohorts, tmp_path, capsys):
+    """A plain folder (no cohort, no patients) suits the methods that need no patients; a non-square one is refused
+    naming the problem."""
+    import shutil
+
+    plain = tmp_path / "plain"
+    shutil.copytree(cohorts["fundus"] / "images", plain)
+    out = tmp_path / "edited"
+    assert main(["anonymize", "sspace-vessel-edit", "--in", str(plain), "--out", str(out), "--quiet",
+                 *VESSEL_SMOKE]) == 0
+    pairing = pd.read_csv(out / "pairing.csv", dtype=str)
+    assert list(pairing.columns) == ["file", "source"] and len(pairing) == len(list(plain.glob("*.png")))
+    folder, _ = rgb_folder(tmp_path)  # 24 x 32 px
+    assert main(["anonymize", "sspace-vessel-edit", "--in", str(folder), "--out", str(tmp_path / "wide"), "--quiet",
+                 *VESSEL_SMOKE]) == 2
+    assert "square images" in capsys.readouterr().err
+    assert main(["anonymize", "k-salsa", "--in", str(plain), "--out", str(tmp_path / "ks"), "--quiet",
+                 *K_SALSA_SMOKE]) == 2
+    assert "-o patients CSV" in capsys.readouterr().err
