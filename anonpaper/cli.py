@@ -303,10 +303,10 @@ def _cmd_anonymize(args) -> int:
             raise UsageError("give the fraction once: --p or -o p, not both")
         options["p"] = args.replace_fraction
     method = args.method
-    from anonpaper.experiments.releases import BUILDERS, gan_method, is_gan_method
+    from anonpaper.experiments.releases import BUILDERS, is_learned_method, learned_method
 
-    if is_gan_method(method):
-        # A GAN method: the networks and recipe of the chapter that reproduces it, at a profile.
+    if is_learned_method(method):
+        # A learned method: the networks and recipe of the chapter that reproduces it, at a profile.
         from anonpaper.runner.studies import study_config
 
         profile = str(options.pop("profile", "quick"))
@@ -317,10 +317,10 @@ def _cmd_anonymize(args) -> int:
                                                                                      generators_profile, args.project)
         except ValueError as error:
             raise UsageError(f"-o profile: {error}") from None
-        method = gan_method(method, chapter_config, generator_config,
+        method = learned_method(method, chapter_config, generator_config,
                             log=(lambda line: None) if args.quiet else print, progress=not args.quiet)
     elif "profile" in options:
-        raise UsageError(f"method {args.method!r} takes no profile option (the GAN methods do)")
+        raise UsageError(f"method {args.method!r} takes no profile option (the learned methods do)")
     anonymize_folder(method, Path(args.input), Path(args.output), options=options, progress=not args.quiet)
     return 0
 
@@ -397,12 +397,12 @@ def _method_summaries() -> str:
     from anonpaper.runner.light_import import package_inits_skipped
 
     with package_inits_skipped():
-        from anonpaper.experiments.releases import GAN_METHODS
+        from anonpaper.experiments.releases import LEARNED_METHODS
         from anonpaper.methods.registry import available, spec
 
         return ", ".join([f"{name} ({spec(name).summary})" for name in available()]
-                         + [f"{name} ({summary})" for name, summary in GAN_METHODS.items()]) + (
-            "; the GAN methods take -o profile smoke|quick|paper: the networks and recipe of the chapter that "
+                         + [f"{name} ({summary})" for name, summary in LEARNED_METHODS.items()]) + (
+            "; the learned methods take -o profile smoke|quick|paper: the networks and recipe of the chapter that "
             "reproduces the method at that profile (shipped weights, else the cache, else trained first; default "
             "quick)")
 

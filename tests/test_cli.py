@@ -67,10 +67,10 @@ def check_command(command: str, registry) -> None:
     if args.command == "cohort" and not PLACEHOLDER.match(args.name):
         assert args.name in available_datasets(), f"{command!r}: unknown dataset {args.name!r}"
     if args.command == "anonymize" and not PLACEHOLDER.match(args.method):
-        from anonpaper.experiments.releases import GAN_METHODS
+        from anonpaper.experiments.releases import LEARNED_METHODS
         from anonpaper.methods.registry import available
 
-        assert args.method in set(available()) | set(GAN_METHODS), f"{command!r}: unknown method {args.method!r}"
+        assert args.method in set(available()) | set(LEARNED_METHODS), f"{command!r}: unknown method {args.method!r}"
 
 
 def test_shown_commands_are_found():
@@ -268,15 +268,15 @@ def test_help_listings_and_argument_errors_import_no_heavy_library(arguments, co
 
 def test_anonymize_help_names_every_registered_method():
     """The help reads the registry and the learned methods without importing them; it lists exactly what the
-    registry and :data:`anonpaper.experiments.releases.GAN_METHODS` hold."""
+    registry and :data:`anonpaper.experiments.releases.LEARNED_METHODS` hold."""
     from anonpaper.cli import _method_summaries
-    from anonpaper.experiments.releases import GAN_METHODS
+    from anonpaper.experiments.releases import LEARNED_METHODS
     from anonpaper.methods.registry import available, spec
 
     listed = _method_summaries()
     names = [f"{name} ({spec(name).summary})" for name in available()]
-    names += [f"{name} ({summary})" for name, summary in GAN_METHODS.items()]
-    assert listed.startswith(", ".join(names) + "; the GAN methods take -o profile")
+    names += [f"{name} ({summary})" for name, summary in LEARNED_METHODS.items()]
+    assert listed.startswith(", ".join(names) + "; the learned methods take -o profile")
     assert "snow (" in listed and "vs-snow (" in listed and "k-salsa (" in listed and "gmia (" in listed
 
 

@@ -1,11 +1,12 @@
-"""The GAN-based anonymization methods as releases of any image set, for ``anonpaper anonymize`` and chapter 07.
+"""The learned anonymization methods (generators, encoders, autoencoders) as releases of any image set, for
+``anonpaper anonymize`` and chapter 07.
 
-The pixel methods live in the one method registry (:mod:`anonpaper.methods.registry`). The GAN methods need the
+The pixel methods live in the one method registry (:mod:`anonpaper.methods.registry`). The learned methods need the
 generators chapter's trained networks, which live at this layer, so each chapter that reproduces one exposes a
 ``release`` module with a function that anonymizes a set of images and a builder of a registry
 :class:`~anonpaper.methods.registry.MethodSpec` around it; :func:`gan_method` finds the builder by name.
 
-:data:`GAN_METHODS` (name -> summary) is read by the command line without importing torch: this module and the
+:data:`LEARNED_METHODS` (name -> summary) is read by the command line without importing torch: this module and the
 release modules import torch only where they run.
 """
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 _VESSEL_EDIT = ("the fundus StyleGAN2 of the generators chapter; each image is projected into W+, edited and "
                 "resized back (RGB fundus images of one square size)")
-GAN_METHODS: dict[str, str] = {
+LEARNED_METHODS: dict[str, str] = {
     "k-salsa": "k-SALSA (paper 4): every image replaced by the synthetic image of its cluster of at least k patients, "
                "drawn by the fundus StyleGAN2 of the generators chapter from the cluster's latent centroid after "
                "local style alignment (RGB fundus images of one square size)",
@@ -54,17 +55,17 @@ BUILDERS: dict[str, tuple[str, str]] = {
 }
 
 
-def is_gan_method(name: str) -> bool:
-    """Whether ``name`` (underscores read as hyphens) is one of :data:`GAN_METHODS`."""
-    return name.replace("_", "-") in GAN_METHODS
+def is_learned_method(name: str) -> bool:
+    """Whether ``name`` (underscores read as hyphens) is one of :data:`LEARNED_METHODS`."""
+    return name.replace("_", "-") in LEARNED_METHODS
 
 
-def gan_method(name: str, chapter_config: Any, generator_config: Any,
+def learned_method(name: str, chapter_config: Any, generator_config: Any,
                log: Callable[[str], None] = lambda line: None, progress: bool = False) -> "MethodSpec":
-    """The GAN method ``name`` as a registry method.
+    """The learned method ``name`` as a registry method.
 
     Args:
-        name: One of :data:`GAN_METHODS`.
+        name: One of :data:`LEARNED_METHODS`.
         chapter_config: The config of the chapter that reproduces the method (``BUILDERS[name][1]``) at the
             profile whose networks and recipe the method uses; the method's options override its fields.
         generator_config: The generators chapter's config at ``chapter_config.generators_profile`` (None for a
@@ -73,11 +74,11 @@ def gan_method(name: str, chapter_config: Any, generator_config: Any,
         progress: Show training progress when a network has to be trained first.
 
     Raises:
-        ValueError: ``name`` is not one of :data:`GAN_METHODS`.
+        ValueError: ``name`` is not one of :data:`LEARNED_METHODS`.
     """
     key = name.replace("_", "-")
-    if key not in GAN_METHODS:
-        raise ValueError(f"unknown GAN method {name!r}; available: {sorted(GAN_METHODS)}")
+    if key not in LEARNED_METHODS:
+        raise ValueError(f"unknown learned method {name!r}; available: {sorted(LEARNED_METHODS)}")
     module = importlib.import_module(BUILDERS[key][0])
     return module.method_spec(key, chapter_config, generator_config, log=log, progress=progress)
 
@@ -116,5 +117,5 @@ def whole_number_options(method: str, options: dict[str, Any], minimums: dict[st
             raise ValueError(f"method {method!r}: option {name!r} must be a whole number >= {minimum}, got {value!r}")
 
 
-__all__ = ["BUILDERS", "GAN_METHODS", "check_fundus_images", "gan_method", "is_gan_method", "resize_square_images",
-           "whole_number_options"]
+__all__ = ["BUILDERS", "LEARNED_METHODS", "check_fundus_images", "is_learned_method", "learned_method",
+           "resize_square_images", "whole_number_options"]

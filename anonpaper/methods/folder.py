@@ -266,7 +266,7 @@ def anonymize_folder(method: str | MethodSpec, input_dir: Path | str, output_dir
 
     Args:
         method: A registered method (:func:`anonpaper.methods.registry.available`), or a
-            :class:`~anonpaper.methods.registry.MethodSpec` built around trained networks (the GAN methods).
+            :class:`~anonpaper.methods.registry.MethodSpec` built around trained networks (the learned methods).
         input_dir: Folder of 8-bit grayscale or RGB images (searched recursively), or a folder written by
             ``anonpaper cohort generate``. Never written to.
         output_dir: New or empty folder, not the input folder, not inside it and not containing it.

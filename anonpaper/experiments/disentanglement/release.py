@@ -101,7 +101,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any = None,
     Options: ``modality`` (``cxr`` or ``iris``, default ``cxr``) and ``strength`` (identity replacement in
     [0, 1], default 1: the paper's anonymisation). The method's seed seeds the sampled identities.
     """
-    from anonpaper.experiments.releases import GAN_METHODS
+    from anonpaper.experiments.releases import LEARNED_METHODS
     from anonpaper.methods.registry import MethodSpec
 
     if name != NAME:
@@ -123,7 +123,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any = None,
                                              progress=progress)
         return torch.from_numpy(next(iter(released.values()))).permute(0, 3, 1, 2).contiguous()
 
-    return MethodSpec(name=NAME, summary=GAN_METHODS[NAME], defaults={"modality": "cxr", "strength": 1.0},
+    return MethodSpec(name=NAME, summary=LEARNED_METHODS[NAME], defaults={"modality": "cxr", "strength": 1.0},
                       apply=apply, validate=validate, whole_set=True)
 
 

@@ -123,7 +123,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any,
     deterministic (no seed), and each image is optimised on its own, so the whole folder is passed at once only to
     share the networks.
     """
-    from anonpaper.experiments.releases import GAN_METHODS, whole_number_options
+    from anonpaper.experiments.releases import LEARNED_METHODS, whole_number_options
     from anonpaper.methods.registry import MethodSpec
 
     if name != NAME:
@@ -148,7 +148,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any,
                                     log=log, progress=progress)
         return torch.from_numpy(released[margin]).permute(0, 3, 1, 2).contiguous()
 
-    return MethodSpec(name=NAME, summary=GAN_METHODS[NAME], defaults=defaults, apply=apply, validate=validate,
+    return MethodSpec(name=NAME, summary=LEARNED_METHODS[NAME], defaults=defaults, apply=apply, validate=validate,
                       whole_set=True)
 
 

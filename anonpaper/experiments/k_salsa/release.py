@@ -115,7 +115,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any,
     chapter config's). The method's seed seeds the projector. It needs the patient of every image
     (``needs_patients``) and anonymizes the whole set at once.
     """
-    from anonpaper.experiments.releases import GAN_METHODS, whole_number_options
+    from anonpaper.experiments.releases import LEARNED_METHODS, whole_number_options
     from anonpaper.methods.registry import MethodSpec
 
     if name != NAME:
@@ -137,7 +137,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any,
     def validate(options: dict[str, Any]) -> None:
         whole_number_options(NAME, options, {"k": 1, "projector_steps": 1, "alignment_steps": 1})
 
-    return MethodSpec(name=NAME, summary=GAN_METHODS[NAME], defaults=defaults, apply=apply, validate=validate,
+    return MethodSpec(name=NAME, summary=LEARNED_METHODS[NAME], defaults=defaults, apply=apply, validate=validate,
                       needs_patients=True)
 
 

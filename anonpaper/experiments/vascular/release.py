@@ -154,7 +154,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any,
     """
     import torch
 
-    from anonpaper.experiments.releases import GAN_METHODS, whole_number_options
+    from anonpaper.experiments.releases import LEARNED_METHODS, whole_number_options
     from anonpaper.methods.registry import MethodSpec
 
     if name not in METHOD_NAMES:
@@ -179,7 +179,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any,
         return torch.from_numpy(next(iter(released.values()))).permute(0, 3, 1, 2).contiguous()
 
     # The whole set at once: the ranking (and a baseline's matched step) is found once per folder.
-    return MethodSpec(name=name, summary=GAN_METHODS[name], defaults=defaults, apply=apply, validate=validate,
+    return MethodSpec(name=name, summary=LEARNED_METHODS[name], defaults=defaults, apply=apply, validate=validate,
                       whole_set=True)
 
 
