@@ -427,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--runs-dir", type=Path, default=None, help="where executed notebooks go (default: runs/)")
 
     p = sub.add_parser("run", help="execute one notebook with papermill into runs/PROFILE/")
-    p.add_argument("notebook", help="study name, e.g. 00_cohorts")
+    p.add_argument("notebook", help="study name or number, e.g. 00_cohorts or 00")
     runner_options(p)
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="override a notebook parameter (value parsed as YAML)")

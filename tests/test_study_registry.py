@@ -51,3 +51,7 @@ def test_study_config_applies_the_profile_over_the_config_defaults():
         study_config("02_generators", "huge")
     with pytest.raises(ValueError, match="unknown notebook"):
         study_config("99_nothing", "smoke")
+    # A chapter's number alone names it; a number no chapter has is refused like any unknown name.
+    assert registry.study("02") is registry.study("02_generators") is registry.study("02_generators.ipynb")
+    with pytest.raises(ValueError, match="unknown notebook '99'"):
+        registry.study("99")

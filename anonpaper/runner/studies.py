@@ -406,10 +406,14 @@ class Registry:
     studies: dict[str, Study]
 
     def study(self, name: str) -> Study:
-        """Look a study up by name (with or without ``.ipynb``); ValueError lists the valid names."""
+        """Look a study up by name (with or without ``.ipynb``) or by its number alone (``"03"`` for
+        ``03_vascular_sspace``); ValueError lists the valid names."""
         key = Path(name).stem if name.endswith(".ipynb") else name
         if key not in self.studies:
-            raise ValueError(f"unknown notebook {name!r}; valid notebooks: {', '.join(self.studies)}")
+            numbered = [study for study in self.studies if key.isdigit() and study.startswith(f"{key}_")]
+            if len(numbered) != 1:
+                raise ValueError(f"unknown notebook {name!r}; valid notebooks: {', '.join(self.studies)}")
+            key = numbered[0]
         return self.studies[key]
 
     def check_profile(self, profile: str) -> None:
