@@ -94,19 +94,46 @@ def resize_square_images(images: "torch.Tensor", size: int) -> "torch.Tensor":
     return F.interpolate(images, size=(size, size), mode=mode, **kwargs).clamp(0, 1)
 
 
-def check_fundus_images(images: Any, method: str) -> None:
-    """ValueError unless ``images`` is uint8 ``(N, H, H, 3)``: the fundus generator draws square RGB images."""
+def square_images(images: Any, method: str, *, channels: int, kind: str) -> Any:
+    """The images as uint8 ``(N, H, H, C)``; ValueError names the problem unless they are uint8 images of one square
+    size with ``channels`` channels (grayscale may come as ``(N, H, H)``). ``kind`` says what the method works on."""
     import numpy as np
 
-    if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.ndim != 4:
-        raise ValueError(f"{method} needs uint8 images (N, H, W, 3), got {getattr(images, 'dtype', type(images))} "
+    if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.ndim not in (3, 4):
+        raise ValueError(f"{method} needs uint8 images (N, H, W[, C]), got {getattr(images, 'dtype', type(images))} "
                          f"{getattr(images, 'shape', '')}")
-    if images.shape[-1] != 3:
-        raise ValueError(f"{method} draws RGB fundus images with the fundus StyleGAN2: the images must have 3 "
-                         f"channels, got {images.shape[-1]}")
+    images = images[..., None] if images.ndim == 3 else images
+    if images.shape[-1] != channels:
+        raise ValueError(f"{method} works on {kind}: the images must have {channels} channel"
+                         f"{'s' if channels > 1 else ''}, got {images.shape[-1]}")
     if images.shape[1] != images.shape[2]:
-        raise ValueError(f"{method} needs square images of one size (the generator draws squares), got "
-                         f"{images.shape[1]} x {images.shape[2]}")
+        raise ValueError(f"{method} needs square images of one size, got {images.shape[1]} x {images.shape[2]}")
+    return images
+
+
+def to_unit(images: Any, side: int | None = None) -> "torch.Tensor":
+    """uint8 ``(N, H, H, C)`` -> float ``(N, C, side, side)`` in [0, 1] (resized when ``side`` is given)."""
+    import numpy as np
+    import torch
+
+    unit = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255
+    return unit if side is None else resize_square_images(unit, side)
+
+
+def to_uint8(images: "torch.Tensor", side: int | None = None) -> Any:
+    """Float ``(N, C, H, H)`` in [0, 1] -> uint8 ``(N, side, side, C)`` (resized when ``side`` is given): what a
+    release holds."""
+    import torch
+
+    images = images.float().clamp(0, 1)
+    images = images if side is None else resize_square_images(images, side)
+    return (images * 255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def check_number(method: str, name: str, value: Any, low: float, high: float) -> None:
+    """ValueError unless ``value`` is a number in ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ValueError(f"method {method!r}: option {name!r} must be a number in [{low:g}, {high:g}], got {value!r}")
 
 
 def whole_number_options(method: str, options: dict[str, Any], minimums: dict[str, int]) -> None:
@@ -117,5 +144,5 @@ def whole_number_options(method: str, options: dict[str, Any], minimums: dict[st
             raise ValueError(f"method {method!r}: option {name!r} must be a whole number >= {minimum}, got {value!r}")
 
 
-__all__ = ["BUILDERS", "LEARNED_METHODS", "check_fundus_images", "is_learned_method", "learned_method",
-           "resize_square_images", "whole_number_options"]
+__all__ = ["BUILDERS", "LEARNED_METHODS", "check_number", "is_learned_method", "learned_method",
+           "resize_square_images", "square_images", "to_uint8", "to_unit", "whole_number_options"]

@@ -51,26 +51,18 @@ def identity_swap_releases(images: np.ndarray, modality: str, strengths: Sequenc
 
     from anonpaper.experiments.disentanglement import Config
     from anonpaper.experiments.disentanglement.pipeline import load_data, train_network, train_vae
-    from anonpaper.experiments.releases import resize_square_images
-    from anonpaper.methods.disentangle import anonymise, new_identities, to_uint8
+    from anonpaper.experiments.releases import check_number, square_images, to_uint8, to_unit
+    from anonpaper.methods.disentangle import anonymise, new_identities
+    from anonpaper.methods.disentangle import to_uint8 as decoded_to_uint8
     from anonpaper.runtime import derive_seed
     from anonpaper.train.disentangle import encode_all, image_tensor
 
     if modality not in MODALITIES:
         raise ValueError(f"identity swap: modality must be one of {list(MODALITIES)}, got {modality!r}")
     for strength in strengths:
-        if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not 0 <= strength <= 1:
-            raise ValueError(f"identity swap: strength must be a number in [0, 1], got {strength!r}")
-    if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.ndim not in (3, 4):
-        raise ValueError(f"identity swap needs uint8 images (N, H, W) or (N, H, W, 1), got "
-                         f"{getattr(images, 'dtype', type(images))} {getattr(images, 'shape', '')}")
-    if images.ndim == 4 and images.shape[-1] != 1:
-        raise ValueError(f"identity swap decodes grayscale {modality} images: the images must have 1 channel, got "
-                         f"{images.shape[-1]}")
-    if images.shape[1] != images.shape[2]:
-        raise ValueError(f"identity swap needs square images of one size, got {images.shape[1]} x {images.shape[2]}")
+        check_number("identity swap", "strength", strength, 0, 1)
     shape = images.shape
-    grayscale = images[..., 0] if images.ndim == 4 else images
+    grayscale = square_images(images, "identity swap", channels=1, kind=f"grayscale {modality} images")
     config = config or Config()
     started = time.perf_counter()
     log(f"identity swap: the chapter's {modality} networks at {config.image_size} px (trained first when not "
@@ -78,16 +70,15 @@ def identity_swap_releases(images: np.ndarray, modality: str, strengths: Sequenc
     arrays = load_data(config, progress)[modality]
     model, _ = train_network(arrays, config, progress=progress)
     vae, _ = train_vae(model, arrays, config, privacy=True, progress=progress)
-    unit = torch.from_numpy(np.ascontiguousarray(grayscale)).float()[:, None] / 255.0
-    sized = (resize_square_images(unit, config.image_size)[:, 0] * 255).round().to(torch.uint8).numpy()
+    sized = to_uint8(to_unit(grayscale, config.image_size))[..., 0]  # what the network takes: uint8 (N, S, S)
     medical, identity, other = encode_all(model, image_tensor(sized))
     replacement = new_identities(len(sized), "vae", seed=derive_seed(seed, "identity-swap"), vae=vae)
     released, cosines = {}, {}
     for strength in strengths:
         decoded, new_identity = anonymise(model, medical, identity, other, replacement, float(strength))
-        out = torch.from_numpy(to_uint8(decoded)).float()[:, None] / 255.0
-        sized_back = resize_square_images(out, grayscale.shape[1])[:, 0]
-        released[float(strength)] = (sized_back * 255).round().clamp(0, 255).to(torch.uint8).numpy().reshape(shape)
+        # Rounded to 8 bits at the network's size, as a decoded image is, then resized to the input's.
+        released[float(strength)] = to_uint8(to_unit(decoded_to_uint8(decoded)[..., None]),
+                                             grayscale.shape[1]).reshape(shape)
         cosines[float(strength)] = float(torch.nn.functional.cosine_similarity(identity, new_identity, dim=1).mean())
     details = {"image_size": config.image_size, "identity_cosine": cosines, "seconds": time.perf_counter() - started}
     return released, details
@@ -101,7 +92,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any = None,
     Options: ``modality`` (``cxr`` or ``iris``, default ``cxr``) and ``strength`` (identity replacement in
     [0, 1], default 1: the paper's anonymisation). The method's seed seeds the sampled identities.
     """
-    from anonpaper.experiments.releases import LEARNED_METHODS
+    from anonpaper.experiments.releases import LEARNED_METHODS, check_number
     from anonpaper.methods.registry import MethodSpec
 
     if name != NAME:
@@ -111,9 +102,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any = None,
         if options["modality"] not in MODALITIES:
             raise ValueError(f"method {NAME!r}: option 'modality' must be one of {list(MODALITIES)}, got "
                              f"{options['modality']!r}")
-        strength = options["strength"]
-        if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not 0 <= strength <= 1:
-            raise ValueError(f"method {NAME!r}: option 'strength' must be a number in [0, 1], got {strength!r}")
+        check_number(NAME, "strength", options["strength"], 0, 1)
 
     def apply(images: "torch.Tensor", masks: Any, seed: int, options: dict[str, Any]) -> "torch.Tensor":
         import torch

@@ -519,10 +519,11 @@ def _segmenter(dataset: str, config: Config, progress: bool):
     return model.model, {"mask": mask, "val_dice": dice, "check": check, "trained_on": cohort.name}
 
 
-def evaluation_reals(kind: str, config: Config) -> tuple[torch.Tensor, np.ndarray]:
+def evaluation_reals(kind: str, config: Config, train: torch.Tensor | None = None) -> tuple[torch.Tensor, np.ndarray]:
     """The real images generator ``kind`` is compared with: ``EVAL_IMAGES`` of its cohort's training images (a
-    seeded draw), float (N, C, R, R) in [0, 1] at the generator's side, and their sorted row indices."""
-    real_all = _as_float(load_images(kind, config))
+    seeded draw), float (N, C, R, R) in [0, 1] at the generator's side, and their sorted row indices. ``train``:
+    those training images when the caller has them already (every one, as :func:`load_images` gives them)."""
+    real_all = _as_float(load_images(kind, config)) if train is None else train
     count = min(config.eval_images, len(real_all))
     pick = np.sort(np.random.default_rng(derive_seed(config.seed, "eval", kind)).choice(len(real_all), count,
                                                                                          replace=False))
@@ -674,7 +675,8 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
     """Metric rows and sample arrays of one generator (see :class:`Outcome`); ``labels``, a
     :class:`~anonpaper.experiments.generators.labels.LabelClassifier` of its cohort, adds the label rows."""
     kind, generator = trained.kind, trained.generator
-    real, pick = evaluation_reals(kind, config)
+    train_all = _as_float(load_images(kind, config))
+    real, pick = evaluation_reals(kind, config, train_all)
     count = len(real)
     seed = derive_seed(config.seed, "samples", kind)
     fake = generate(generator, count, seed)
@@ -685,7 +687,6 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
         native = _as_float(kind_cohort(kind, config).split("train").load_images())[pick]
     rows = comparison_rows(kind, config, segmenter, mask_name, real, fake, labels, untrained=untrained,
                            native=native)
-    train_all = _as_float(load_images(kind, config))
     test_all = _as_float(load_images(kind, config, "test"))
     memorisation, nearest = memorisation_rows(kind, config, segmenter, mask_name, train_all, fake,
                                               test_all[:config.eval_images])

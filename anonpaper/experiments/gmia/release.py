@@ -23,22 +23,6 @@ if TYPE_CHECKING:
 NAME = "gmia"
 
 
-def _grayscale(images: np.ndarray) -> np.ndarray:
-    """uint8 ``(N, H, H)`` from ``(N, H, H)`` or ``(N, H, H, 1)``; ValueError for anything else."""
-    if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.ndim not in (3, 4):
-        raise ValueError(f"GMIA needs uint8 images (N, H, W) or (N, H, W, 1), got "
-                         f"{getattr(images, 'dtype', type(images))} {getattr(images, 'shape', '')}")
-    if images.ndim == 4:
-        if images.shape[-1] != 1:
-            raise ValueError(f"GMIA anonymises grayscale chest X-rays with the chest X-ray generator: the images "
-                             f"must have 1 channel, got {images.shape[-1]}")
-        images = images[..., 0]
-    if images.shape[1] != images.shape[2]:
-        raise ValueError(f"GMIA needs square images of one size (the generator draws squares), got "
-                         f"{images.shape[1]} x {images.shape[2]}")
-    return images
-
-
 def gmia_releases(images: np.ndarray, generator_config: Any, config: Any = None, *,
                   margins: Sequence[float] | None = None, log: Callable[[str], None] = lambda line: None,
                   progress: bool = False) -> tuple[dict[float, np.ndarray], dict[str, Any]]:
@@ -63,24 +47,22 @@ def gmia_releases(images: np.ndarray, generator_config: Any, config: Any = None,
     Raises:
         ValueError: Images that are not square grayscale uint8, or a margin outside [-1, 1].
     """
-    import torch
-
     from anonpaper.experiments.gmia import Config
     from anonpaper.experiments.gmia.pipeline import (REAL, anonymise_images, co_train_projection, load_data,
                                                      to_tensor, train_finding_classifier, train_identity_network,
                                                      train_lpips_network)
-    from anonpaper.experiments.releases import resize_square_images
+    from anonpaper.experiments.releases import check_number, square_images, to_uint8, to_unit
     from anonpaper.methods.gmia import LatentOptimizationSettings
     from anonpaper.metrics.quality import psnr
     from anonpaper.runtime import get_device
 
     shape = images.shape
-    grayscale = _grayscale(images)
+    grayscale = square_images(images, "GMIA", channels=1, kind="grayscale chest X-rays (the chest X-ray generator "
+                                                                 "draws them)")
     config = config or Config()
     margins = [float(config.margin)] if margins is None else [float(margin) for margin in margins]
     for margin in margins:
-        if not -1 <= margin <= 1:
-            raise ValueError(f"GMIA: margins must be cosines in [-1, 1], got {margin!r}")
+        check_number("GMIA", "margin", margin, -1, 1)
     started = time.perf_counter()
     device = get_device(config.device)
     stylegan_config = generator_config.stylegan_config("cxr-sg2")
@@ -94,8 +76,7 @@ def gmia_releases(images: np.ndarray, generator_config: Any, config: Any = None,
                                                      device, progress)
     encoder, generator, projection_info = co_train_projection(data, config, stylegan_config, lpips,
                                                               lpips_info["key"], device, progress)
-    sized = resize_square_images(to_tensor(grayscale), resolution)
-    sized = (sized[:, 0] * 255).round().clamp(0, 255).to(torch.uint8).numpy()
+    sized = to_uint8(to_unit(grayscale, resolution))[..., 0]  # what the chapter's networks take: uint8 (N, R, R)
     released, cosines, reconstruction_psnr = {}, {}, float("nan")
     for margin in margins:
         settings = LatentOptimizationSettings(steps=config.steps, learning_rate=config.learning_rate, margin=margin,
@@ -105,8 +86,7 @@ def gmia_releases(images: np.ndarray, generator_config: Any, config: Any = None,
         result = anonymise_images(encoder, generator, sized, identity, utility, settings,
                                   {"networks": {"E_id": identity_info["key"], "E_ut": utility_info["key"],
                                                 "co-training": projection_info["key"]}, "release": True})
-        out = resize_square_images(to_tensor(result["images"]), grayscale.shape[1])
-        released[margin] = (out[:, 0] * 255).round().clamp(0, 255).to(torch.uint8).numpy().reshape(shape)
+        released[margin] = to_uint8(to_tensor(result["images"]), grayscale.shape[1]).reshape(shape)
         cosines[margin] = float(np.mean(result["final_cosine"]))
         reconstruction_psnr = float(psnr(to_tensor(result["reconstructions"]), to_tensor(sized)))
     details = {"final_cosine": cosines, "reconstruction_psnr": reconstruction_psnr, "resolution": resolution,
@@ -123,7 +103,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any,
     deterministic (no seed), and each image is optimised on its own, so the whole folder is passed at once only to
     share the networks.
     """
-    from anonpaper.experiments.releases import LEARNED_METHODS, whole_number_options
+    from anonpaper.experiments.releases import LEARNED_METHODS, check_number, whole_number_options
     from anonpaper.methods.registry import MethodSpec
 
     if name != NAME:
@@ -132,10 +112,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any,
 
     def validate(options: dict[str, Any]) -> None:
         whole_number_options(NAME, options, {"steps": 1})
-        margin = options["margin"]
-        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not -1 <= margin <= 1:
-            raise ValueError(f"method {NAME!r}: option 'margin' must be a number in [-1, 1] (a cosine), got "
-                             f"{margin!r}")
+        check_number(NAME, "margin", options["margin"], -1, 1)
 
     def apply(images: "torch.Tensor", masks: Any, seed: int, options: dict[str, Any]) -> "torch.Tensor":
         import torch

@@ -64,12 +64,12 @@ def k_salsa_release(images: np.ndarray, patients: Sequence[Any], k_values: Seque
 
     from anonpaper.experiments.generators import load_generator
     from anonpaper.experiments.k_salsa import Config as KSalsaConfig
-    from anonpaper.experiments.releases import check_fundus_images, resize_square_images as _resize
+    from anonpaper.experiments.releases import resize_square_images, square_images, to_uint8, to_unit
     from anonpaper.experiments.k_salsa.pipeline import feature_network, feature_taps, invert
     from anonpaper.methods.ksalsa import k_salsa_synthesize, same_size_clusters
     from anonpaper.runtime import derive_seed
 
-    check_fundus_images(images, "k-SALSA")
+    images = square_images(images, "k-SALSA", channels=3, kind="RGB fundus images (the fundus StyleGAN2 draws them)")
     patients = np.asarray(patients).astype(str)
     if patients.shape != images.shape[:1]:
         raise ValueError(f"k-SALSA needs one patient id per image: {len(images)} images, patients of shape "
@@ -84,7 +84,7 @@ def k_salsa_release(images: np.ndarray, patients: Sequence[Any], k_values: Seque
     trained = load_generator(GENERATOR_KIND, generator_config, progress=progress)
     generator = trained.generator
     resolution = int(generator.resolution)
-    members = _resize(torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255.0, resolution)
+    members = to_unit(images, resolution)
     log(f"k-SALSA: inverting {len(members)} images ({projector_steps} projector steps each)")
     inversion = invert(generator, members, projector_steps, derive_seed(seed, "k-salsa-projector"))
     network, _ = feature_network(generator_config)
@@ -98,9 +98,8 @@ def k_salsa_release(images: np.ndarray, patients: Sequence[Any], k_values: Seque
                                     num_steps=alignment_steps, learning_rate=recipe.alignment_lr,
                                     content_weight=recipe.content_weight, style_weight=recipe.style_weight,
                                     patch_grid=recipe.patch_grid, content_tap=depth - 1, style_tap=0)
-        synthetic = _resize(result.aligned_images.cpu().float().clamp(0, 1), images.shape[1])
-        per_image = synthetic[torch.as_tensor(labels)]
-        released[float(k)] = (per_image * 255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+        synthetic = resize_square_images(result.aligned_images.cpu().float().clamp(0, 1), images.shape[1])
+        released[float(k)] = to_uint8(synthetic[torch.as_tensor(labels)])
     details = {"generator_source": trained.source, "generator_kimg": float(trained.kimg), "resolution": resolution,
                "inversion_psnr": float(np.mean(inversion.psnr)), "seconds": time.perf_counter() - started}
     return released, details

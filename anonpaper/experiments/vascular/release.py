@@ -64,9 +64,8 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
         ValueError: Images that are not square RGB uint8, an unknown method, an alpha outside [0, 1], or a
             baseline that found no direction on this generator.
     """
-    import torch
 
-    from anonpaper.experiments.releases import check_fundus_images, resize_square_images
+    from anonpaper.experiments.releases import check_number, square_images, to_uint8, to_unit
     from anonpaper.experiments.vascular import Config
     from anonpaper.experiments.vascular.pipeline import (OURS, EditSet, edit_methods, find_baselines,
                                                          generators_config_for, load_fundus_generator, project_real,
@@ -77,13 +76,13 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
     from anonpaper.models.stylegan import style_statistics
     from anonpaper.runtime import derive_seed
 
-    check_fundus_images(images, "the vessel edit")
+    images = square_images(images, "the vessel edit", channels=3,
+                           kind="RGB fundus images (the fundus StyleGAN2 draws them)")
     unknown = [method for method in methods if method not in METHOD_NAMES.values()]
     if unknown or not methods:
         raise ValueError(f"vessel edits must be some of {list(METHOD_NAMES.values())}, got {list(methods)!r}")
     for alpha in alphas:
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-            raise ValueError(f"vessel edit: alpha must be a number in [0, 1], got {alpha!r}")
+        check_number("vessel edit", "alpha", alpha, 0, 1)
     config = config or Config()
     started = time.perf_counter()
     generator_config = generators_config_for(config, generator_config)
@@ -97,8 +96,7 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
     # The ranking, as the chapter finds it: on generated images, whose vessels the U-Net reads.
     log(f"vessel edit: scoring the S channels on {config.score_images} generated images")
     ws_scored, codes_scored = sample_codes(generator, config.score_images, derive_seed(config.seed, "score-images"))
-    targets = resize_square_images(torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255,
-                                   resolution)
+    targets = to_unit(images, resolution)
     # An image whose mask comes out empty gets the input images' vessel share of most vessel-like pixels.
     real_fraction = float((segmenter_probability(network, generator_config.cohort_size, targets) >= 0.5)
                           .float().mean())
@@ -131,9 +129,7 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
             if edited is None:
                 raise ValueError(f"{method} found no edit on this generator: {edits[method]['error']}")
             changes[(method, float(alpha))] = float((edited - reconstruction).abs().mean())
-            sized = resize_square_images(edited.float().clamp(0, 1), images.shape[1])
-            released[(method, float(alpha))] = (sized * 255).round().clamp(0, 255).to(torch.uint8).permute(
-                0, 2, 3, 1).numpy()
+            released[(method, float(alpha))] = to_uint8(edited, images.shape[1])
     details = {"generator_source": trained.source, "generator_kimg": float(trained.kimg), "resolution": resolution,
                "vessel_unet_dice": dice, "top_channel": list(codes.layout.locate(int(top[0]))),
                "projection_psnr": float(psnr(reconstruction, targets)),
@@ -154,7 +150,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any,
     """
     import torch
 
-    from anonpaper.experiments.releases import LEARNED_METHODS, whole_number_options
+    from anonpaper.experiments.releases import LEARNED_METHODS, check_number, whole_number_options
     from anonpaper.methods.registry import MethodSpec
 
     if name not in METHOD_NAMES:
@@ -165,9 +161,7 @@ def method_spec(name: str, chapter_config: Any, generator_config: Any,
 
     def validate(options: dict[str, Any]) -> None:
         whole_number_options(name, options, OPTION_MINIMUMS)
-        alpha = options["alpha"]
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-            raise ValueError(f"method {name!r}: option 'alpha' must be a number in [0, 1], got {alpha!r}")
+        check_number(name, "alpha", options["alpha"], 0, 1)
 
     def apply(images: "torch.Tensor", masks: Any, seed: int, options: dict[str, Any]) -> "torch.Tensor":
         config = chapter.replace(projector_steps=int(options["projector_steps"]),
