@@ -176,6 +176,30 @@ def derive_seed(seed: int, *parts: Any) -> int:
     return int(content_hash({"seed": int(seed), "parts": list(parts)}), 16) % (2**63 - 1)
 
 
+def replicate_parts(replicate: int) -> tuple:
+    """The extra :func:`derive_seed` parts (and cache-description entries) of training replicate ``replicate`` of
+    a network: none for replicate 0, so that the first replicate is the very network trained before replicates
+    existed (same seed, same cache key); ``("replicate", r)`` for the others.
+
+    >>> replicate_parts(0), replicate_parts(2)
+    ((), ('replicate', 2))
+    """
+    if not isinstance(replicate, int) or replicate < 0:
+        raise ValueError(f"a replicate is a non-negative integer, got {replicate!r}")
+    return () if replicate == 0 else ("replicate", replicate)
+
+
+def replicate_seed(seed: int, replicate: int) -> int:
+    """The seed of training replicate ``replicate`` of a network whose trainer takes one plain seed: ``seed``
+    itself for replicate 0 (the network trained before replicates existed), a derived 31-bit seed otherwise.
+
+    >>> replicate_seed(7, 0), replicate_seed(7, 1) == replicate_seed(7, 1) != replicate_seed(7, 2)
+    (7, True)
+    """
+    parts = replicate_parts(replicate)
+    return seed if not parts else derive_seed(seed, *parts) % (2**31 - 1)
+
+
 # The package parts below the chapters (``experiments``), the runner and the CLI: the code that builds, trains and
 # measures; the conservative source of an artifact whose builder is not a package module.
 LOWER_LAYERS = ("__init__.py", "runtime.py", "cache.py", "data", "metrics", "models", "methods", "train")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
-from anonpaper.experiments.claims import (DECISION_Z, FAILS, HOLDS, UNDECIDED, Claim, Instrument, check_record, decide,
-                                          varies, verdict_from_fields)
+from anonpaper.experiments.claims import (DECISION_Z, FAILS, HOLDS, UNDECIDED, Claim, Instrument, check_record,
+                                          combine_replicate_tables, combine_seed_claims, decide, varies,
+                                          verdict_from_fields)
 from anonpaper.metrics.statistics import rule_verdict, sequence_drop
 
 pytestmark = pytest.mark.unit
@@ -135,3 +137,60 @@ def test_as_dict_is_json_plain():
                    instruments=[Instrument("x", float("nan"), 0.1)])
     text = json.dumps(claim.as_dict(), allow_nan=False)
     assert '"effect": null' in text and '"value": null' in text
+
+
+def test_an_instrument_averaged_over_seeds_must_clear_its_floor_beyond_their_spread():
+    steady = Instrument("attacker rank-1", 0.6, 0.5, seed_sd=0.02, seeds=3)
+    lucky = Instrument("attacker rank-1", 0.6, 0.5, seed_sd=0.2, seeds=3)  # 0.6 - 2 * 0.2 / sqrt(3) < 0.5
+    assert steady.passed and not lucky.passed
+    ceiling = Instrument("empty masks", 0.1, 0.2, higher_is_better=False, seed_sd=0.12, seeds=4)  # 0.1 + 0.12 > 0.2
+    assert not ceiling.passed
+    claim = decide("c", "A beats B", paper=">", ours=1, rule="directional", effect=0.5, se=0.1, instruments=[lucky])
+    assert claim.verdict == UNDECIDED and "mean of 3 seeds, SD 0.2" in claim.reason
+    record = claim.as_dict()
+    assert check_record({"claims": [record]}) == []
+    # The record check reads the spread: a record that drops it while keeping `passed` false is caught.
+    tampered = {**record, "instruments": [{**record["instruments"][0], "seed_sd": 0.0}]}
+    assert check_record({"claims": [tampered]})
+    with pytest.raises(ValueError, match="seeds"):
+        Instrument("x", 0.5, 0.1, seeds=0)
+
+
+def test_claims_combined_over_judge_seeds_carry_the_seed_spread():
+    def seed(effect, rank1, ours_extra=None):
+        return [decide("judged", "A lowers B", paper=">", ours={"drop": effect, "label": "x"}, rule="directional",
+                       effect=effect, se=0.02, instruments=[Instrument("attacker rank-1", rank1, 0.5)],
+                       note="paired over the same images"),
+                decide("unjudged", "A keeps C", paper="=", ours={"ssim": 0.7}, rule="retention", effect=-0.01,
+                       se=0.01, margin=0.05, note="the network's own classifier")]
+
+    effects = [0.3, -0.05, 0.03]
+    scattered = [seed(effect, rank1) for effect, rank1 in zip(effects, (0.8, 0.7, 0.75))]
+    assert [claims[0].verdict for claims in scattered] == [HOLDS, FAILS, UNDECIDED]
+    judged, unjudged = combine_seed_claims(scattered)
+    assert judged.verdict == UNDECIDED and judged.effect == pytest.approx(np.mean(effects))
+    assert judged.se == pytest.approx(math.sqrt(0.02**2 + np.var(effects, ddof=1) / 3))
+    assert judged.ours == {"drop": round(np.mean(effects), 4), "label": "x"}
+    assert "mean of 3 judge seeds" in judged.reason and "paired over the same images" in judged.reason
+    assert judged.instruments[0]["seeds"] == 3 and judged.instruments[0]["value"] == pytest.approx(0.75)
+    assert unjudged == scattered[0][1]  # no judge touched it: kept as it is
+    consistent = combine_seed_claims([seed(0.3, 0.8), seed(0.28, 0.8), seed(0.32, 0.8)])[0]
+    assert consistent.verdict == HOLDS
+    assert check_record({"claims": [claim.as_dict() for claim in (judged, unjudged, consistent)]}) == []
+    assert combine_seed_claims([seed(0.3, 0.8)]) == seed(0.3, 0.8)
+    with pytest.raises(ValueError, match="different claims"):
+        combine_seed_claims([seed(0.3, 0.8), seed(0.3, 0.8)[:1]])
+
+
+def test_replicate_tables_average_values_and_add_the_seed_spread_to_the_se():
+    import pandas as pd
+
+    first = pd.DataFrame({"set": ["a", "b"], "rank1": [0.4, 0.2], "rank1_se": [0.03, 0.03], "n": [10, 10]})
+    second = first.assign(rank1=[0.6, 0.2])
+    both = combine_replicate_tables([first, second], ["set"])
+    assert both["rank1"].tolist() == pytest.approx([0.5, 0.2])
+    assert both["rank1_se"].tolist() == pytest.approx([math.sqrt(0.03**2 + 0.02 / 2), 0.03])
+    assert both["n"].tolist() == [10, 10]
+    assert combine_replicate_tables([first], ["set"]).equals(first)
+    with pytest.raises(ValueError, match="different rows"):
+        combine_replicate_tables([first, first.iloc[::-1]], ["set"])

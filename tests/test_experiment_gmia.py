@@ -449,3 +449,26 @@ def test_membership_rows_score_each_fold_with_its_own_attacker_and_read_chance_w
     assert rows["no signal"]["balanced_accuracy"] == pytest.approx(0.5, abs=0.1)
     assert np.isfinite(rows["no signal"]["balanced_accuracy_se"]) and rows["no signal"]["balanced_accuracy_se"] > 0
     assert np.isnan(rows["no signal"]["attacker_training_accuracy"])
+
+
+def test_judge_seeds_that_disagree_leave_a_claim_undecided_and_the_2_se_follows_the_combined_se():
+    """Three membership judges: the first reads the anonymised images at chance (the claim that membership drops
+    holds on it alone), the others read them as well as the real ones. Combined, the effect is within its seed
+    spread; claims on no judge (reconstruction quality) are unchanged."""
+    from dataclasses import replace
+
+    views = []
+    for accuracy in (0.5, 0.9, 0.88):
+        view = _planted(works=True)
+        membership = view.membership.copy()
+        membership.loc[membership["set"] == view.main, "balanced_accuracy"] = accuracy
+        views.append(replace(view, membership=membership))
+    alone, combined = _claims(views[0]), _claims(replace(views[0], replicates=views))
+    assert alone["gmia-membership-drops"].verdict == "holds"
+    drops = combined["gmia-membership-drops"]
+    assert drops.verdict == "undecided" and "mean of 3 judge seeds" in drops.reason
+    assert drops.ours["2 SE"] == pytest.approx(2 * drops.se, abs=1e-4)
+    assert drops.ours["balanced accuracy anonymised"] == pytest.approx(np.mean([0.5, 0.9, 0.88]), abs=1e-4)
+    for name in QUALITY_CLAIMS:
+        assert combined[name] == alone[name]
+    assert check_record({"claims": [claim.as_dict() for claim in combined.values()]}) == []

@@ -502,3 +502,24 @@ def test_a_missing_copy_stops_the_chapter_before_the_generator_loads(tmp_path, m
     config = chapter.Config(dataset="odir-5k", data_root=str(tmp_path / "missing"))
     with pytest.raises(DataCopyError, match=r"DATA_ROOT '.*missing'.*not a folder"):
         chapter.run(config, GeneratorsConfig())
+
+
+def test_judge_seeds_carry_the_attackers_spread_into_the_real_image_claim():
+    """Three attacker seeds: the first re-identifies the unedited projections at 80 % and our edits at 20 % (the
+    claim holds on it alone), the others find the edits as often as the projections. Combined, the effect lies
+    within its seed spread; the claims on FS_SIFT, which no judge decides, are unchanged."""
+    import dataclasses
+
+    views = []
+    for edited_hits in (np.arange(60) % 5 == 0, np.arange(60) % 5 != 0, np.arange(60) % 5 != 1):
+        view = planted_outcome()
+        per_image = dict(view.per_image)
+        per_image[("real", pipeline.OURS, view.config.table_alpha)] = {"rank1": edited_hits.astype(float)}
+        views.append(dataclasses.replace(view, per_image=per_image))
+    alone = claims_of(views[0])
+    combined = claims_of(dataclasses.replace(views[0], replicates=views))
+    assert alone["vascular-real-edit-lowers-reid"].verdict == HOLDS
+    reid = combined["vascular-real-edit-lowers-reid"]
+    assert reid.verdict == UNDECIDED and "mean of 3 judge seeds" in reid.reason
+    assert combined["vascular-identity-vs-stylespace-fs-sift"] == alone["vascular-identity-vs-stylespace-fs-sift"]
+    assert check_record({"claims": [claim.as_dict() for claim in combined.values()]}) == []

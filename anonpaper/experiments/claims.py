@@ -47,11 +47,15 @@ Example:
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
-from anonpaper.metrics.statistics import RULES, rule_verdict
+import numpy as np
+import pandas as pd
+
+from anonpaper.metrics.statistics import RULES, combine_seeds, rule_verdict
 
 HOLDS, FAILS, UNDECIDED = "holds", "does not hold", "undecided"
 VERDICTS = (HOLDS, FAILS, UNDECIDED)
@@ -69,47 +73,116 @@ class Instrument:
         value: The measured value from this run (NaN when it could not be measured: the check fails).
         floor: The value it must reach, fixed in the chapter's config before the run.
         higher_is_better: True when ``value >= floor`` passes; False when ``value <= floor`` passes (a ceiling).
+        seed_sd: The standard deviation of ``value`` between networks trained with different seeds, when ``value``
+            is their mean (0: one network).
+        seeds: How many networks ``value`` is the mean of. With ``seeds > 1`` the floor must be met beyond the
+            seed noise of the mean: ``value - DECISION_Z * seed_sd / sqrt(seeds) >= floor`` (for a ceiling,
+            ``value + ... <= floor``), so that an instrument that clears its floor only by one lucky seed fails.
 
     Example:
         >>> Instrument("lesion U-Net validation Dice", 0.0, 0.3).passed
         False
         >>> Instrument("decoder output spread", 0.2, 0.05).as_dict()["passed"]
         True
+        >>> Instrument("attacker rank-1", 0.62, 0.5, seed_sd=0.05, seeds=3).passed  # 0.62 - 2 * 0.029 >= 0.5
+        True
+        >>> Instrument("attacker rank-1", 0.55, 0.5, seed_sd=0.1, seeds=3).describe()
+        'attacker rank-1 0.55 (mean of 3 seeds, SD 0.1) < floor 0.5'
     """
 
     name: str
     value: float
     floor: float
     higher_is_better: bool = True
+    seed_sd: float = 0.0
+    seeds: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.floor, (int, float)) or not math.isfinite(self.floor):
             raise ValueError(f"instrument {self.name!r}: floor must be a finite number, got {self.floor!r}")
+        if not isinstance(self.seeds, int) or self.seeds < 1:
+            raise ValueError(f"instrument {self.name!r}: seeds must be an integer >= 1, got {self.seeds!r}")
 
     @property
     def passed(self) -> bool:
         """Whether the measured value reaches the floor (False for a value that is NaN or missing)."""
-        return instrument_passes(self.value, self.floor, self.higher_is_better)
+        return instrument_passes(self.value, self.floor, self.higher_is_better, self.seed_sd, self.seeds)
 
     def describe(self) -> str:
         """E.g. ``"vessel segmenter Dice 0.21 < floor 0.5"``."""
         sign = (">=" if self.passed else "<") if self.higher_is_better else ("<=" if self.passed else ">")
-        return f"{self.name} {_number(self.value)} {sign} floor {_number(self.floor)}"
+        spread = f" (mean of {self.seeds} seeds, SD {_number(self.seed_sd)})" if self.seeds > 1 else ""
+        return f"{self.name} {_number(self.value)}{spread} {sign} floor {_number(self.floor)}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "value": _plain_float(self.value), "floor": float(self.floor),
-                "higher_is_better": self.higher_is_better, "passed": self.passed}
+        entry = {"name": self.name, "value": _plain_float(self.value), "floor": float(self.floor),
+                 "higher_is_better": self.higher_is_better, "passed": self.passed}
+        if self.seeds > 1:
+            entry.update(seed_sd=_plain_float(self.seed_sd), seeds=self.seeds)
+        return entry
 
 
-def instrument_passes(value: Any, floor: float, higher_is_better: bool = True) -> bool:
-    """Whether ``value`` reaches ``floor`` (a missing or non-finite value never does)."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return False
+def instrument_passes(value: Any, floor: float, higher_is_better: bool = True, seed_sd: Any = 0.0,
+                      seeds: Any = 1) -> bool:
+    """Whether ``value`` reaches ``floor`` (a missing or non-finite value never does); for the mean of ``seeds``
+    networks, beyond ``DECISION_Z`` standard errors of that mean (``seed_sd / sqrt(seeds)``; see
+    :class:`Instrument`)."""
+    count = _float_or_nan(seeds)  # a table row that no replicate filled reads NaN: one network
+    seeds = int(count) if math.isfinite(count) and count >= 1 else 1
+    value, spread = _float_or_nan(value), _float_or_nan(seed_sd) if seeds > 1 else 0.0
     if not math.isfinite(value):
         return False
-    return value >= floor if higher_is_better else value <= floor
+    band = DECISION_Z * spread / math.sqrt(seeds) if math.isfinite(spread) else float("inf")
+    return value - band >= floor if higher_is_better else value + band <= floor
+
+
+def combine_replicate_tables(tables: Sequence[pd.DataFrame], keys: Sequence[str]) -> pd.DataFrame:
+    """One table from the same table measured with judges trained with different seeds (row for row).
+
+    Each column ``c`` that has a standard-error column ``c_se`` becomes the mean over replicates with the SE of
+    :func:`anonpaper.metrics.statistics.combine_seeds` (bootstrap SEs plus the seed spread), and gains
+    ``c_seed_sd``; a ``value`` column without an SE (an instrument check) becomes the mean, with ``seed_sd`` and
+    ``seeds`` columns (what :class:`Instrument` reads); other columns are the first replicate's.
+
+    Args:
+        tables: (S,) tables with the same rows in the same order (``keys`` equal row for row).
+        keys: The columns that name a row.
+
+    Raises:
+        ValueError: When no table is given or the tables' rows differ.
+
+    Example:
+        >>> first = pd.DataFrame({"set": ["a"], "rank1": [0.4], "rank1_se": [0.04], "value": [0.7]})
+        >>> both = combine_replicate_tables([first, first.assign(rank1=0.6, value=0.9)], ["set"])
+        >>> row = both.round(3).to_dict("records")[0]
+        >>> row["rank1"], row["rank1_se"], row["rank1_seed_sd"], row["value"], row["seed_sd"], row["seeds"]
+        (0.5, 0.108, 0.141, 0.8, 0.141, 2)
+    """
+    if not tables:
+        raise ValueError("combine_replicate_tables needs at least one table")
+    first = tables[0].reset_index(drop=True)
+    for other in tables[1:]:
+        if len(other) != len(first) or not other[list(keys)].reset_index(drop=True).equals(first[list(keys)]):
+            raise ValueError(f"the replicate tables hold different rows (by {list(keys)})")
+    combined = first.copy()
+    if len(tables) == 1:
+        return combined
+    stacked = [table.reset_index(drop=True) for table in tables]
+    for column in first.columns:
+        if f"{column}_se" in first.columns:
+            values = np.stack([table[column].to_numpy(dtype=np.float64) for table in stacked], axis=1)
+            errors = np.stack([table[f"{column}_se"].to_numpy(dtype=np.float64) for table in stacked], axis=1)
+            parts = [combine_seeds(row, error) for row, error in zip(values, errors)]
+            combined[column] = [part[0] for part in parts]
+            combined[f"{column}_se"] = [part[1] for part in parts]
+            combined[f"{column}_seed_sd"] = [part[2] for part in parts]
+    if "value" in first.columns and "value_se" not in first.columns:
+        values = np.stack([table["value"].to_numpy(dtype=np.float64) for table in stacked], axis=1)
+        moved = ~np.all(values == values[:, :1], axis=1)  # rows no judge seed moves keep one value, "1 seed"
+        combined["value"] = np.where(moved, values.mean(1), values[:, 0])
+        combined["seed_sd"] = np.where(moved, values.std(1, ddof=1), 0.0)
+        combined["seeds"] = np.where(moved, len(tables), 1)
+    return combined
 
 
 def varies(name: str, values: Iterable[float], tolerance: float = 1e-9) -> Instrument:
@@ -256,6 +329,117 @@ def decide(id: str, statement: str, *, paper: Any, ours: Any, rule: str, effect:
                  _plain_float(se), float(z), None if margin is None else float(margin), quantity, instruments)
 
 
+def combine_seed_claims(per_seed: Sequence[Sequence[Claim]], replicates: str = "judge seeds") -> list[Claim]:
+    """One claim per id from the same claims decided on networks trained with different seeds, decided again.
+
+    A chapter that trains its judges (attackers, classifiers) several times with different seeds decides every
+    claim once per replicate and combines them here, so that the verdict carries the judges' training randomness:
+    the effect is the mean over replicates and its SE adds their spread to the bootstrap SE
+    (:func:`anonpaper.metrics.statistics.combine_seeds`); each instrument becomes the mean of its replicates with
+    their SD (:class:`Instrument`, whose floor then holds beyond that spread); numbers in ``ours`` are averaged,
+    except the smallest resolvable effect (keys ``"resolvable (...)"`` or ``"2 SE"``), recomputed from the new SE.
+    A claim that comes out the same in every replicate (one resting on no judge) is returned as it is.
+
+    Args:
+        per_seed: (S, C) the claims of each replicate, the same ids in the same order.
+        replicates: What the replicates are, for the reason text.
+
+    Returns:
+        (C,) claims, each decided by :func:`decide` from the combined fields.
+
+    Raises:
+        ValueError: When no replicate is given or the replicates' claim ids differ.
+
+    Example:
+        >>> attacker = lambda value: Instrument("attacker rank-1", value, 0.5)
+        >>> seeds = [[decide("c", "A beats B", paper=">", ours={"drop": effect}, rule="directional", effect=effect,
+        ...                  se=0.02, instruments=[attacker(rank1)])] for effect, rank1 in ((0.10, 0.8), (0.02, 0.7))]
+        >>> [claim.verdict for claims in seeds for claim in claims]
+        ['holds', 'undecided']
+        >>> combined = combine_seed_claims(seeds)[0]
+        >>> combined.verdict, round(combined.effect, 3), round(combined.se, 3), combined.ours
+        ('undecided', 0.06, 0.045, {'drop': 0.06})
+        >>> combined.instruments[0]["seeds"], round(combined.instruments[0]["seed_sd"], 3)
+        (2, 0.071)
+    """
+    if not per_seed:
+        raise ValueError("combine_seed_claims needs the claims of at least one replicate")
+    ids = [[claim.id for claim in claims] for claims in per_seed]
+    if any(other != ids[0] for other in ids[1:]):
+        other = next(other for other in ids if other != ids[0])
+        raise ValueError(f"the replicates decided different claims: {ids[0]} against {other}")
+    return [_combine_claim([claims[index] for claims in per_seed], replicates) for index in range(len(ids[0]))]
+
+
+def _combine_claim(claims: list[Claim], replicates: str) -> Claim:
+    first = claims[0]
+    # Compared as JSON text, where NaN equals NaN: a claim no judge touches is the same in every replicate.
+    if len({json.dumps(claim.as_dict(), sort_keys=True, default=str) for claim in claims}) == 1:
+        return first
+    count = len(claims)
+    effects = [_float_or_nan(claim.effect) for claim in claims]
+    errors = [_float_or_nan(claim.se) for claim in claims]
+    if all(math.isfinite(value) for value in effects + errors):
+        effect, se, spread = combine_seeds(effects, errors)
+        note = (f"mean of {count} {replicates}, {first.quantity or 'effect'} per seed "
+                + ", ".join(f"{value:+.3g}" for value in effects) + f" (SD {spread:.2g})")
+    else:
+        measured = sum(math.isfinite(value) for value in effects)
+        effect, se = float("nan"), float("nan")
+        note = f"measured with a usable SE in {measured} of {count} {replicates}"
+    generated = _reason(first.rule, first.effect, first.se, first.z, first.margin, first.quantity or "effect",
+                        first.instruments, first.n, first.min_n)
+    own_note = first.reason[len(generated) + 2:] if first.reason.startswith(generated + "; ") else ""
+    names: dict[str, list] = {}
+    for claim in claims:
+        for instrument in claim.instruments:
+            names.setdefault(instrument["name"], []).append(instrument)
+    instruments = []
+    for name, entries in names.items():
+        values = np.array([_float_or_nan(entry["value"]) for entry in entries])
+        floor, higher_is_better = entries[0]["floor"], entries[0].get("higher_is_better", True)
+        if len(set(values.tolist())) == 1 or np.isnan(values).all():  # an instrument no judge seed moves
+            instruments.append(Instrument(name, float(values[0]), floor, higher_is_better))
+        else:
+            instruments.append(Instrument(name, float(values.mean()), floor, higher_is_better,
+                                          float(values.std(ddof=1)), len(values)))
+    ours = _mean_of([claim.ours for claim in claims])
+    if isinstance(ours, dict) and isinstance(first.ours, dict):
+        ours = _resolvable_from(ours, first.ours, _float_or_nan(first.se), se)
+    return decide(first.id, first.statement, paper=first.paper, ours=ours,
+                  rule=first.rule, effect=effect, se=se, margin=first.margin, quantity=first.quantity,
+                  instruments=instruments, n=first.n, min_n=first.min_n, kind=first.kind,
+                  by_design=first.by_design, note="; ".join(part for part in (note, own_note) if part), z=first.z)
+
+
+def _resolvable_from(ours: dict, first: dict, first_se: float, se: float) -> dict:
+    """``ours`` with its resolvable-effect entries (keys ``"resolvable (...)"`` or ``"<z> SE"``: a multiple of the
+    claim's own SE) recomputed from the combined SE instead of averaged."""
+    resolvable = {key for key in ours if isinstance(key, str)
+                  and (key.startswith("resolvable (") or key == f"{DECISION_Z:g} SE")}
+    for key in resolvable:
+        value = first.get(key)
+        # The multiple (z, or 100 z for points) read back from the rounded entry, to two significant digits.
+        ratio = float(f"{float(value) / first_se:.2g}") if isinstance(value, (int, float)) and first_se > 0 \
+            else float("nan")
+        ours[key] = round(ratio * se, 4) if math.isfinite(ratio) and math.isfinite(se) else None
+    return ours
+
+
+def _mean_of(values: list[Any]) -> Any:
+    """The replicates' ``ours`` averaged where they are numbers (dicts and lists key by key), else the first's."""
+    first = values[0]
+    if all(isinstance(value, dict) for value in values) and all(value.keys() == first.keys() for value in values):
+        return {key: _mean_of([value[key] for value in values]) for key in first}
+    if all(isinstance(value, (list, tuple)) for value in values) and len({len(value) for value in values}) == 1:
+        return type(first)(_mean_of(list(items)) for items in zip(*values))
+    numbers = [value for value in values if isinstance(value, (int, float)) and not isinstance(value, bool)]
+    if len(numbers) == len(values) and len(set(numbers)) > 1:
+        mean = float(np.mean(numbers))
+        return round(mean, 4) if math.isfinite(mean) else None
+    return first
+
+
 def check_record(record: dict) -> list[str]:
     """Problems with the claims of one results record: every verdict recomputed by the one rule from its fields.
 
@@ -294,7 +478,8 @@ def check_record(record: dict) -> list[str]:
                 problems.append(f"{claim_id}: instrument {instrument.get('name')!r} has no finite floor")
                 bad_instrument = True
                 continue
-            expected = instrument_passes(instrument.get("value"), floor, instrument.get("higher_is_better", True))
+            expected = instrument_passes(instrument.get("value"), floor, instrument.get("higher_is_better", True),
+                                         instrument.get("seed_sd", 0.0), instrument.get("seeds", 1))
             if bool(instrument.get("passed")) != expected:
                 problems.append(f"{claim_id}: instrument {instrument.get('name')!r} says passed="
                                 f"{instrument.get('passed')} but value {instrument.get('value')} vs floor {floor} "
@@ -325,7 +510,8 @@ def _reason(rule: str, effect: Any, se: Any, z: float, margin: float | None, qua
     failed = [instrument for instrument in instruments if not instrument["passed"]]
     if failed:
         parts.append("instrument under its floor: " + "; ".join(
-            Instrument(i["name"], i["value"], i["floor"], i.get("higher_is_better", True)).describe() for i in failed))
+            Instrument(i["name"], _float_or_nan(i["value"]), i["floor"], i.get("higher_is_better", True),
+                       _float_or_nan(i.get("seed_sd", 0.0)), i.get("seeds", 1)).describe() for i in failed))
     effect, se = _float_or_nan(effect), _float_or_nan(se)
     if not math.isfinite(effect):
         parts.append(f"{quantity} could not be measured")

@@ -251,8 +251,10 @@ def _instruments_text(claim: dict[str, Any]) -> str:
             continue
         sign = ">=" if instrument.get("higher_is_better", True) else "<="
         mark = "passed" if instrument.get("passed") else "**missed its floor**"
+        seeds = instrument.get("seeds") or 1
+        spread = f", mean of {seeds} seeds, SD {format_value(instrument.get('seed_sd'))}" if seeds > 1 else ""
         shown.append(f"{instrument['name']} {format_value(instrument.get('value'))} (floor {sign} "
-                     f"{format_value(instrument.get('floor'))}: {mark})")
+                     f"{format_value(instrument.get('floor'))}{spread}: {mark})")
     return "; ".join(shown)
 
 
@@ -564,8 +566,10 @@ def claims_ledger_markdown(records: list[dict[str, Any]], profile: str, source: 
              f"Every claim the chapters test, as recorded in `{source or f'runs/{profile}'}/*.json` by the runs "
              f"this book shows (profile `{profile}`), with the paper's number beside ours. Each verdict is computed "
              "by the chapter from its measured numbers: *holds*, *does not hold*, or *undecided* with the reason "
-             "(too few test images, a difference within its noise, or an instrument that failed its own check). A "
-             "claim that does not reproduce on our data says so here and in its chapter.", "", "## Summary", "",
+             "(too few test images, a difference within its noise, or an instrument that failed its own check). Where "
+             "a chapter trains its judges (attackers, classifiers) with several seeds, a claim's effect is the mean "
+             "over the seeds, its standard error includes their spread, and each judge must clear its floor beyond "
+             "that spread. A claim that does not reproduce on our data says so here and in its chapter.", "", "## Summary", "",
              study_summary_markdown({record["study"]: record for record in records}, list(titles), titles,
                                     book_commit)]
     return "\n".join(lines + sections) + "\n"

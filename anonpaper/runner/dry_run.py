@@ -537,8 +537,10 @@ def _stylegan_networks(stylegan, seed: int) -> Callable[[], tuple]:
                     ResidualDiscriminator(stylegan, seed=seed + 1))
 
 
-def _label_classifier(kind: str, generator_config, backbone: str, epochs: int, note: str = "") -> Trainer | None:
-    """The generators chapter's cohort label classifier of ``kind`` (:func:`label_classifier`'s recipe)."""
+def _label_classifier(kind: str, generator_config, backbone: str, epochs: int, note: str = "",
+                      runs: int = 1) -> Trainer | None:
+    """The generators chapter's cohort label classifier of ``kind`` (:func:`label_classifier`'s recipe), trained
+    ``runs`` times (judge seeds)."""
     from anonpaper.experiments.generators.config import KINDS
     from anonpaper.experiments.generators.labels import label_columns
     from anonpaper.experiments.generators.pipeline import kind_cohort
@@ -552,14 +554,14 @@ def _label_classifier(kind: str, generator_config, backbone: str, epochs: int, n
     train = int((cohort.table["split"] == "train").sum())
     batch = int(min(32, max(2, train)))  # label_classifier's
     channels, size = KINDS[kind][3], generator_config.image_size_of(kind)
-    steps, text = _epochs(epochs, train, batch)
+    steps, text = _epochs(epochs, train, batch, runs=runs)
     build = _seeded(0, lambda: build_classifier(backbone, channels, len(names)))
     if task == "grade":
         return classifier_trainer(f"{kind} DR-grade classifier ({backbone})", build, channels=channels, size=size,
-                                  classes=len(names), batch=batch, runs=1, steps=steps, schedule=text, loss="focal",
+                                  classes=len(names), batch=batch, runs=runs, steps=steps, schedule=text, loss="focal",
                                   note=note)
     return multilabel_trainer(f"{kind} finding classifier ({backbone})", build, channels=channels, size=size,
-                              labels=len(names), batch=batch, runs=1, steps=steps, schedule=text, note=note)
+                              labels=len(names), batch=batch, runs=runs, steps=steps, schedule=text, note=note)
 
 
 def _generators(config, root) -> list[Trainer]:
@@ -612,10 +614,11 @@ def _vascular(config, root) -> list[Trainer]:
     train = sizes.train
     patch = min(64, generator_config.image_size)
     shared = "may come from the generators chapter's cache"
-    trainers = [_cohort_unet("vessel and exudate U-Nets", 3, cohort_side, patch, 384, config.segmenter_epochs, runs=2,
-                             note=f"the vessel U-Net {shared}")]
+    judges = config.judge_seeds  # the exudate U-Net, keypoint detector, attacker and DR classifier, once per seed
+    trainers = [_cohort_unet("vessel U-Net and exudate U-Nets", 3, cohort_side, patch, 384, config.segmenter_epochs,
+                             runs=1 + judges, note=f"the vessel U-Net {shared}; an exudate U-Net per judge seed")]
     keypoint_batch = _default(trained_keypoint_detector, "batch_size")
-    steps, text = _epochs(config.keypoint_epochs, train, keypoint_batch)
+    steps, text = _epochs(config.keypoint_epochs, train, keypoint_batch, runs=judges)
     trainers.append(keypoint_trainer(
         "keypoint detector (FS_SR)", _seeded(config.seed, lambda: KeypointNet(
             3, descriptor_dim=_default(trained_keypoint_detector, "descriptor_dim"),
@@ -625,13 +628,13 @@ def _vascular(config, root) -> list[Trainer]:
         acquisition_strength=_default(trained_keypoint_detector, "acquisition_strength"),
         note="timed on warps of one image (the chapter pairs two acquisitions)"))
     attacker_batch = 32  # train_embedding's default, which the chapter keeps
-    steps, text = _epochs(config.attacker_epochs, train, attacker_batch)
+    steps, text = _epochs(config.attacker_epochs, train, attacker_batch, runs=judges)
     trainers.append(embedding_trainer(
         f"re-identification attacker ({config.attacker_backbone}, ArcFace)",
         _seeded(config.seed, lambda: EmbeddingNet(3, 64, config.attacker_backbone)), channels=3, size=cohort_side,
-        identities=sizes.train_patients, batch=attacker_batch, runs=1, steps=steps,
+        identities=sizes.train_patients, batch=attacker_batch, runs=judges, steps=steps,
         schedule=text))
-    dr = _label_classifier(FUNDUS_IMAGES, generator_config, config.dr_backbone, config.dr_epochs)
+    dr = _label_classifier(FUNDUS_IMAGES, generator_config, config.dr_backbone, config.dr_epochs, runs=judges)
     if dr is not None:
         trainers.append(dr)
     stylegan = generator_config.stylegan_config(config.generator)
@@ -676,30 +679,34 @@ def _gmia(config, root) -> list[Trainer]:
     trainers = [_cohort_unet("lung U-Net (domain LPIPS)", 1, cohort_side, 64, 256, config.lpips_epochs)]
     identity_batch = 32  # train_embedding's default, which the chapter keeps
     adaptive = len(adaptive_sets(config))
-    steps, text = _epochs(config.identity_epochs, train, identity_batch, runs=2 + adaptive)
+    judges = config.judge_seeds  # every judge is trained once per judge seed; E_id and E_ut once
+    identities = 1 + judges * (1 + adaptive)
+    steps, text = _epochs(config.identity_epochs, train, identity_batch, runs=identities)
     trainers.append(embedding_trainer(
-        f"E_id, fixed attacker and {adaptive} adaptive attackers ({config.identity_backbone}, ArcFace)",
+        f"E_id, fixed attacker and {adaptive} adaptive attackers x {judges} judge seeds ({config.identity_backbone}, "
+        "ArcFace)",
         _seeded(config.seed, lambda: EmbeddingNet(1, config.identity_dim, config.identity_backbone)), channels=1,
-        size=resolution, identities=train_patients, batch=identity_batch, runs=2 + adaptive, steps=steps,
+        size=resolution, identities=train_patients, batch=identity_batch, runs=identities, steps=steps,
         schedule=text))
-    steps, text = _epochs(config.identity_epochs, train, identity_batch)
+    steps, text = _epochs(config.identity_epochs, train, identity_batch, runs=judges)
     trainers.append(embedding_trainer(
         f"independent attacker ({config.independent_backbone}, ArcFace)",
         _seeded(config.seed, lambda: EmbeddingNet(1, config.identity_dim, config.independent_backbone)), channels=1,
-        size=resolution, identities=train_patients, batch=identity_batch, runs=1, steps=steps, schedule=text))
+        size=resolution, identities=train_patients, batch=identity_batch, runs=judges, steps=steps, schedule=text))
     sets = 2 + len(variants(config)) + 2  # two reconstructions, the latent-optimisation settings, two baselines
-    steps, text = _epochs(config.utility_epochs, train, 32, runs=1 + sets)
+    classifiers = 1 + judges * sets + (judges - 1)  # E_ut, the utility classifiers, the other seeds' real ones
+    steps, text = _epochs(config.utility_epochs, train, 32, runs=classifiers)
     trainers.append(multilabel_trainer(
-        f"E_ut and {sets} utility classifiers ({config.utility_backbone})",
+        f"E_ut and {sets} utility classifiers x {judges} judge seeds ({config.utility_backbone})",
         _seeded(config.seed, lambda: build_classifier(config.utility_backbone, 1, len(FINDINGS))), channels=1,
-        size=resolution, labels=len(FINDINGS), batch=32, runs=1 + sets, steps=steps, schedule=text))
+        size=resolution, labels=len(FINDINGS), batch=32, runs=classifiers, steps=steps, schedule=text))
     total = sizes.total
     folds = config.membership_folds
-    steps, text = _epochs(config.attacker_epochs, total * (folds - 2) // folds, 32, runs=folds)
+    steps, text = _epochs(config.attacker_epochs, total * (folds - 2) // folds, 32, runs=folds * judges)
     trainers.append(classifier_trainer(
-        f"membership attackers ({config.utility_backbone}, one per fold)",
+        f"membership attackers ({config.utility_backbone}, one per fold and judge seed)",
         _seeded(config.seed, lambda: build_classifier(config.utility_backbone, 1, 2)), channels=1, size=resolution,
-        classes=2, batch=32, runs=folds, steps=steps, schedule=text))
+        classes=2, batch=32, runs=folds * judges, steps=steps, schedule=text))
 
     def lpips():
         return DomainLPIPS(_unet(1, trained_segmenter)(), cohort_side)
@@ -834,11 +841,12 @@ def _disentanglement(config, root) -> list[Trainer]:
             f"{key} identity VAEs (privacy, plain)", _seeded(config.seed, lambda dims=dims, latent=latent: IdentityVAE(
                 dims[1], latent)), identity_dim=dims[1], batch=vae_batch, runs=2, steps=steps, schedule=text))
         disease_batch = 16  # train_disease_classifier's
-        steps, text = _epochs(config.disease_epochs, train, disease_batch)
+        judges = config.judge_seeds  # the judges are trained once per judge seed
+        steps, text = _epochs(config.disease_epochs, train, disease_batch, runs=judges)
         trainers.append(classifier_trainer(
             f"{key} disease classifier ({config.disease_backbone})",
             _seeded(config.seed, lambda: build_classifier(config.disease_backbone, 1, 2)), channels=1,
-            size=config.image_size, classes=2, batch=disease_batch, runs=1, steps=steps, schedule=text))
+            size=config.image_size, classes=2, batch=disease_batch, runs=judges, steps=steps, schedule=text))
         # The attacker on the originals and the adaptive one on the originals and their reconstructions (twice the
         # images).
         attacker_batch = 32  # train_embedding's default
@@ -847,8 +855,9 @@ def _disentanglement(config, root) -> list[Trainer]:
             f"{key} re-identification and adaptive attackers ({config.attacker_backbone}, ArcFace)",
             _seeded(config.seed, lambda: EmbeddingNet(1, 64, config.attacker_backbone)), channels=1,
             size=config.image_size, identities=cohorts[key].train_patients,
-            batch=attacker_batch, runs=2, steps=config.attacker_epochs * per_epoch,
-            schedule=f"{config.attacker_epochs} epochs x ({epoch_steps(train, attacker_batch)} + "
+            batch=attacker_batch, runs=2 * judges, steps=judges * config.attacker_epochs * per_epoch,
+            schedule=f"{judges} judge seeds x {config.attacker_epochs} epochs x "
+                     f"({epoch_steps(train, attacker_batch)} + "
                      f"{epoch_steps(2 * train, attacker_batch)}) steps ({train} and {2 * train} images / batch "
                      f"{attacker_batch})"))
     return trainers

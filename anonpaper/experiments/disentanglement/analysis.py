@@ -149,13 +149,15 @@ def recognition_table(outcome: Outcome) -> pd.DataFrame:
 
 def instruments_table(outcome: Outcome) -> pd.DataFrame:
     """Every instrument check with its floor and whether it passes (a claim resting on one that does not is
-    undecided)."""
+    undecided); with several judge seeds, ``value`` is their mean and must clear the floor beyond its seed SD."""
     frame = outcome.instruments.copy()
     if frame.empty:
         return frame
-    frame["check"] = ["passes" if instrument_passes(value, floor) else
+    spread = frame["seed_sd"] if "seed_sd" in frame else pd.Series(0.0, index=frame.index)
+    seeds = frame["seeds"] if "seeds" in frame else pd.Series(1, index=frame.index)
+    frame["check"] = ["passes" if instrument_passes(value, floor, True, sd, count) else
                       ("not measured" if not np.isfinite(value) else "under its floor")
-                      for value, floor in zip(frame["value"], frame["floor"])]
+                      for value, floor, sd, count in zip(frame["value"], frame["floor"], spread, seeds)]
     frame["cohort"] = frame["cohort"].map(COHORT_LABELS)
     return frame
 

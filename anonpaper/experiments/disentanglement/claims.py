@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anonpaper.experiments.claims import DECISION_Z, Claim, Instrument, decide
+from anonpaper.experiments.claims import DECISION_Z, Claim, Instrument, combine_seed_claims, decide
 from anonpaper.experiments.disentanglement.analysis import (COHORT_LABELS, PAPER_TABLE2, PAPER_TABLE3, PAPER_TABLE4,
                                                             PAPER_TABLE5)
 from anonpaper.experiments.disentanglement.pipeline import (ATTACKER_AUC, ATTACKER_RANK1, DECODER_RETRIEVAL,
@@ -323,7 +323,15 @@ def size_claims(outcome: Outcome) -> list[Claim]:
 
 
 def evaluate_claims(outcome: Outcome) -> list[Claim]:
-    """The chapter's claims (see the module docstring)."""
+    """The chapter's claims (see the module docstring): with several judge seeds, decided on each seed's view and
+    combined (:func:`anonpaper.experiments.claims.combine_seed_claims`)."""
+    if outcome.replicates:
+        return combine_seed_claims([replicate_claims(view) for view in outcome.replicates])
+    return replicate_claims(outcome)
+
+
+def replicate_claims(outcome: Outcome) -> list[Claim]:
+    """The chapter's claims decided with one set of judges."""
     claims: list[Claim] = []
     for cohort in COHORT_LABELS:
         claims += replacement_claims(outcome, cohort) + anonymisation_claims(outcome, cohort)

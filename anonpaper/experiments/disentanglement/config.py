@@ -81,6 +81,9 @@ class Config(ChapterConfig):
     attacker_min_auc: float = parameter(0.75, "Floor of a chest attacker's verification AUC on pairs of validation "
                                               "images (chance 0.5): under it, identity claims on chest X-rays are "
                                               "undecided.")
+    judge_seeds: int = parameter(3, "Training seeds of the judges (the re-identification attacker, the adaptive "
+                                    "attacker and the disease classifier): every claim is decided with each seed's "
+                                    "judges and the effects are averaged, their spread added to the SE.")
     disease_backbone: str = parameter("small_cnn", "Backbone of the independent disease classifier, trained from "
                                                    "scratch on the original training images (the claims' disease "
                                                    "judge instead of the network's own C_med, which Eq. 1 "
@@ -155,6 +158,8 @@ class Config(ChapterConfig):
             (0.1 <= self.size_fraction < 1.0, f"SIZE_FRACTION must lie in [0.1, 1), got {self.size_fraction!r}"),
             (len(self.privacy_levels) >= 2 and all(0.0 <= p <= 1.0 for p in self.privacy_levels),
              f"PRIVACY_LEVELS must be at least two strengths in [0, 1], got {self.privacy_levels!r}"),
+            (isinstance(self.judge_seeds, int) and self.judge_seeds >= 1,
+             f"JUDGE_SEEDS must be an integer >= 1, got {self.judge_seeds!r}"),
             (isinstance(self.attacker_epochs, int) and self.attacker_epochs >= 1,
              f"ATTACKER_EPOCHS must be an integer >= 1, got {self.attacker_epochs!r}"),
             (isinstance(self.disease_epochs, int) and self.disease_epochs >= 1,

@@ -34,7 +34,7 @@ disentanglement, anonymisation and ablation tables -> re-identification and expl
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -45,6 +45,7 @@ from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
 from anonpaper.methods.disentangle import (anonymise, decode_vectors, identity_means, nearest_cases, new_identities,
                                            to_uint8)
+from anonpaper.experiments.claims import combine_replicate_tables
 from anonpaper.experiments.disentanglement.config import Config
 from anonpaper.metrics.classification import auroc, macro_f1
 from anonpaper.metrics.identity import (cross_pair_scores, reidentification_accuracy, select_threshold,
@@ -52,7 +53,7 @@ from anonpaper.metrics.identity import (cross_pair_scores, reidentification_accu
 from anonpaper.metrics.quality import ssim
 from anonpaper.metrics.statistics import patient_bootstrap_se
 from anonpaper.models.disentangle import DisentangleModel, IdentityVAE
-from anonpaper.runtime import content_hash, derive_seed, get_device
+from anonpaper.runtime import content_hash, derive_seed, get_device, replicate_parts
 from anonpaper.train.disentangle import (REALISM_TERMS, SIAMESE_THRESHOLD, LossWeights, encode_all, squared_distance,
                                          image_tensor, pair_pools, to_unit, train_disentangler, train_identity_vae)
 from anonpaper.train.loop import TrainSettings
@@ -481,52 +482,58 @@ def _cached_training(namespace: str, description: dict, train: Callable[[], Any]
 
 
 def train_attacker(arrays: DatasetArrays, config: Config, device: torch.device | None = None,
-                   progress: bool = False, reconstructions: np.ndarray | None = None) -> tuple[torch.nn.Module, dict]:
+                   progress: bool = False, reconstructions: np.ndarray | None = None,
+                   replicate: int = 0) -> tuple[torch.nn.Module, dict]:
     """The re-identification attacker: an ArcFace embedding network trained on the original training images and
     identities (cached). With ``reconstructions`` (uint8, the network's reconstructions of the training images, in
     the same order), the adaptive attacker: trained on the originals and the reconstructions together, so that it
-    knows what the network's outputs look like and the decoder's blur alone does not hide the identity from it."""
+    knows what the network's outputs look like and the decoder's blur alone does not hide the identity from it.
+    ``replicate`` r > 0 trains the r-th replicate with its own seed (:func:`anonpaper.runtime.replicate_parts`)."""
     from anonpaper.models.embedding import EmbeddingNet
     from anonpaper.train.embedding import train_embedding
 
     description = {"cohort": arrays.description, "backbone": config.attacker_backbone,
                    "epochs": config.attacker_epochs, "seed": config.seed,
-                   "reconstructions": None if reconstructions is None else content_hash(reconstructions)}
+                   "reconstructions": None if reconstructions is None else content_hash(reconstructions),
+                   **({"replicate": replicate} if replicate else {})}
     images, identities = arrays.images["train"], arrays.identity["train"]
     if reconstructions is not None:
         images, identities = np.concatenate([images, reconstructions]), np.concatenate([identities, identities])
     tag = "attacker" if reconstructions is None else "adaptive-attacker"
 
     def train():
-        torch.manual_seed(derive_seed(config.seed, f"{tag}-init", arrays.key))
+        torch.manual_seed(derive_seed(config.seed, f"{tag}-init", arrays.key, *replicate_parts(replicate)))
         return train_embedding(EmbeddingNet(1, 64, config.attacker_backbone), images, identities,
                                TrainSettings(epochs=config.attacker_epochs,
-                                             seed=derive_seed(config.seed, tag, arrays.key), device=device,
+                                             seed=derive_seed(config.seed, tag, arrays.key,
+                                                              *replicate_parts(replicate)), device=device,
                                              progress=progress))
 
     return _cached_training("disentangle-attacker", description, train)
 
 
 def train_disease_classifier(arrays: DatasetArrays, config: Config, device: torch.device | None = None,
-                             progress: bool = False) -> tuple[torch.nn.Module, dict]:
+                             progress: bool = False, replicate: int = 0) -> tuple[torch.nn.Module, dict]:
     """The independent disease classifier: ``DISEASE_BACKBONE`` trained from scratch on the original training
     images and their disease labels (cross-entropy, balanced class weights, Adam 1e-3 annealed; best validation
     epoch; cached). It decides the chapter's disease claims instead of the network's own ``C_med``, which the
-    disentanglement loss optimises on the very images it would judge."""
+    disentanglement loss optimises on the very images it would judge. ``replicate`` as in :func:`train_attacker`."""
     from anonpaper.models.classifiers import build_classifier
     from anonpaper.train.classifier import train_classifier
 
     description = {"cohort": arrays.description, "backbone": config.disease_backbone,
-                   "epochs": config.disease_epochs, "seed": config.seed}
+                   "epochs": config.disease_epochs, "seed": config.seed,
+                   **({"replicate": replicate} if replicate else {})}
 
     def train():
-        torch.manual_seed(derive_seed(config.seed, "disease-init", arrays.key))
+        torch.manual_seed(derive_seed(config.seed, "disease-init", arrays.key, *replicate_parts(replicate)))
         return train_classifier(build_classifier(config.disease_backbone, 1, 2),
                                 (arrays.images["train"], arrays.disease["train"]),
                                 (arrays.images["val"], arrays.disease["val"]),
                                 TrainSettings(epochs=config.disease_epochs, batch_size=16, lr=1e-3,
                                               lr_schedule="cosine", seed=derive_seed(config.seed, "disease",
-                                                                                     arrays.key),
+                                                                                     arrays.key,
+                                                                                     *replicate_parts(replicate)),
                                               device=device, progress=progress))
 
     return _cached_training("disentangle-disease", description, train)
@@ -790,6 +797,11 @@ class Outcome:
         per_image: ``(cohort, images label)`` -> the ``(N,)`` arrays of :func:`independent_recognition`, and
             ``(cohort, "explanation", strength or "case")`` -> those of :func:`explanation_privacy` (paired claims).
         patients: Cohort -> ``(N,)`` patient ids of the test images (the bootstrap clusters).
+        replicates: With ``JUDGE_SEEDS > 1``, one outcome per judge seed, each with that seed's judged tables
+            (``recognition``, ``privacy``, ``privacy_info``, ``instruments``, ``per_image``, ``explanations``): the
+            claims are decided on each and combined. The outcome itself then holds those tables averaged over the
+            seeds (``*_se`` with the seed spread, ``*_seed_sd``; instruments with ``seed_sd`` and ``seeds``) and the
+            first seed's examples. Empty with one judge seed.
         examples: Cohort -> label -> uint8 images (N, H, W).
         explanations: Cohort -> label -> uint8 images (the query, the case and its anonymised versions).
         training: One row per network (network, cached, best_epoch, seconds).
@@ -815,6 +827,7 @@ class Outcome:
     instruments: pd.DataFrame = field(default_factory=pd.DataFrame)
     per_image: dict = field(default_factory=dict)
     patients: dict[str, np.ndarray] = field(default_factory=dict)
+    replicates: list["Outcome"] = field(default_factory=list)
 
 
 def run_experiment(data: dict[str, DatasetArrays], config: Config, device: torch.device | str | None = None,
@@ -832,8 +845,10 @@ def run_experiment(data: dict[str, DatasetArrays], config: Config, device: torch
         how = "cached" if info["cached"] else f"trained in {info['seconds']:.0f} s"
         log(f"{name}: {how}")
 
-    table2, table3, privacy, examples, explanations, info = [], [], [], {}, {}, {}
-    recognition, checks, per_image = [], [], {}
+    table2, table3, examples = [], [], {}
+    # What each replicate of the judges decides: one view of the outcome per judge seed.
+    replicates = [{"recognition": [], "checks": [], "per_image": {}, "privacy": [], "explanations": {}, "info": {}}
+                  for _ in range(config.judge_seeds)]
     models = {}
     for key in DATASETS:
         arrays = data[key]
@@ -851,42 +866,48 @@ def run_experiment(data: dict[str, DatasetArrays], config: Config, device: torch
         rows3, shown3, anonymised = anonymisation_table(model, vaes, arrays, config, replaced)
         table3.append(rows3)
         examples[key] = {**shown, **{f"anonymised: {label}": images for label, images in shown3.items()}}
-        # The independent judges: networks trained on the original images (and the adaptive attacker, also on the
-        # network's reconstructions of them).
-        attacker, attacker_info = train_attacker(arrays, config, device=device, progress=progress)
-        note(f"{key}: re-identification attacker", attacker_info)
-        disease, disease_info = train_disease_classifier(arrays, config, device=device, progress=progress)
-        note(f"{key}: disease classifier", disease_info)
         reconstructed_train = to_uint8(decode_vectors(model, *encode_all(model, image_tensor(arrays.images["train"]))))
-        adaptive, adaptive_info = train_attacker(arrays, config, device=device, progress=progress,
-                                                 reconstructions=reconstructed_train)
-        note(f"{key}: adaptive attacker (originals and reconstructions)", adaptive_info)
-        judges = Judges(attacker, disease, _embed(attacker, arrays.images["train"]), arrays.identity["train"],
-                        verification_threshold(attacker, arrays), arrays.siamese)
         reconstructed_val = to_uint8(decode_vectors(model, *encode_all(model, image_tensor(arrays.images["val"]))))
         decoder = decoder_checks(replaced)
         measure = ATTACKER_AUC if arrays.siamese else ATTACKER_RANK1
         floor = config.attacker_min_auc if arrays.siamese else config.attacker_min_rank1
-        checks += [{"cohort": key, "instrument": "attacker (original images)", "measure": measure,
-                    "value": attacker_check(attacker, arrays, arrays.images["val"]), "floor": floor},
-                   {"cohort": key, "instrument": "adaptive attacker (originals and reconstructions)",
-                    "measure": f"{measure}, on reconstructed validation images",
-                    "value": attacker_check(adaptive, arrays, reconstructed_val), "floor": floor},
-                   {"cohort": key, "instrument": "disease classifier (original images)", "measure": DISEASE_AUC,
-                    "value": disease_check(disease, arrays), "floor": config.disease_min_auc},
-                   {"cohort": key, "instrument": "decoder", "measure": DECODER_SPREAD, "value": decoder["spread"],
-                    "floor": config.decoder_min_spread},
-                   {"cohort": key, "instrument": "decoder", "measure": DECODER_RETRIEVAL,
-                    "value": decoder["retrieval"], "floor": config.decoder_min_retrieval}]
-        rows_r, arrays_r = independent_recognition(judges, arrays, replaced, anonymised, config)
-        recognition.append(rows_r)
-        per_image.update({(key, label): values for label, values in arrays_r.items()})
-        curve, extra = explanation_privacy(model, vaes["privacy"], judges, adaptive, arrays, config)
-        privacy.append(curve)
-        explanations[key] = extra.pop("examples")
-        per_image.update({(key, "explanation", strength): values
-                          for strength, values in extra.pop("per_image").items()})
-        info[key] = extra
+        # The independent judges: networks trained on the original images (and the adaptive attacker, also on the
+        # network's reconstructions of them), JUDGE_SEEDS times with different seeds so that the claims carry
+        # their training randomness.
+        for replicate, judged in enumerate(replicates):
+            suffix = f" (judge seed {replicate + 1})" if replicate else ""
+            attacker, attacker_info = train_attacker(arrays, config, device=device, progress=progress,
+                                                     replicate=replicate)
+            note(f"{key}: re-identification attacker{suffix}", attacker_info)
+            disease, disease_info = train_disease_classifier(arrays, config, device=device, progress=progress,
+                                                             replicate=replicate)
+            note(f"{key}: disease classifier{suffix}", disease_info)
+            adaptive, adaptive_info = train_attacker(arrays, config, device=device, progress=progress,
+                                                     reconstructions=reconstructed_train, replicate=replicate)
+            note(f"{key}: adaptive attacker (originals and reconstructions){suffix}", adaptive_info)
+            judges = Judges(attacker, disease, _embed(attacker, arrays.images["train"]), arrays.identity["train"],
+                            verification_threshold(attacker, arrays), arrays.siamese)
+            judged["checks"] += [
+                {"cohort": key, "instrument": "attacker (original images)", "measure": measure,
+                 "value": attacker_check(attacker, arrays, arrays.images["val"]), "floor": floor},
+                {"cohort": key, "instrument": "adaptive attacker (originals and reconstructions)",
+                 "measure": f"{measure}, on reconstructed validation images",
+                 "value": attacker_check(adaptive, arrays, reconstructed_val), "floor": floor},
+                {"cohort": key, "instrument": "disease classifier (original images)", "measure": DISEASE_AUC,
+                 "value": disease_check(disease, arrays), "floor": config.disease_min_auc},
+                {"cohort": key, "instrument": "decoder", "measure": DECODER_SPREAD, "value": decoder["spread"],
+                 "floor": config.decoder_min_spread},
+                {"cohort": key, "instrument": "decoder", "measure": DECODER_RETRIEVAL,
+                 "value": decoder["retrieval"], "floor": config.decoder_min_retrieval}]
+            rows_r, arrays_r = independent_recognition(judges, arrays, replaced, anonymised, config)
+            judged["recognition"].append(rows_r)
+            judged["per_image"].update({(key, label): values for label, values in arrays_r.items()})
+            curve, extra = explanation_privacy(model, vaes["privacy"], judges, adaptive, arrays, config)
+            judged["privacy"].append(curve)
+            judged["explanations"][key] = extra.pop("examples")
+            judged["per_image"].update({(key, "explanation", strength): values
+                                        for strength, values in extra.pop("per_image").items()})
+            judged["info"][key] = extra
         log(f"{key}: reconstruction SSIM {rows['ssim_original'].iloc[0]:.3f}, output spread {decoder['spread']:.2f} "
             f"of the originals', {decoder['retrieval']:.0%} of reconstructions nearest their own input")
 
@@ -909,14 +930,25 @@ def run_experiment(data: dict[str, DatasetArrays], config: Config, device: torch
         images = len(data["cxr"].split("train", fraction, derive_seed(config.seed, "fraction"))["images"])
         rows5.append({"fraction": fraction, "train_images": images,
                       **reconstruction_scores(model, data["cxr"], config)})
-    return Outcome(table2=pd.concat(table2, ignore_index=True), table3=pd.concat(table3, ignore_index=True),
-                   table4=pd.DataFrame(rows4), table5=pd.DataFrame(rows5),
-                   privacy=pd.concat(privacy, ignore_index=True), privacy_info=info,
-                   cohort_info={key: {"num_identities": data[key].num_identities,
-                                      "majority": float(max(np.mean(data[key].disease["test"]),
-                                                            1 - np.mean(data[key].disease["test"])))}
-                                for key in DATASETS}, examples=examples,
-                   explanations=explanations, training=pd.DataFrame(training), config=config,
-                   seconds=time.perf_counter() - started, histories=histories,
-                   recognition=pd.concat(recognition, ignore_index=True), instruments=pd.DataFrame(checks),
-                   per_image=per_image, patients={key: data[key].patients["test"] for key in DATASETS})
+    views = [Outcome(table2=pd.concat(table2, ignore_index=True), table3=pd.concat(table3, ignore_index=True),
+                     table4=pd.DataFrame(rows4), table5=pd.DataFrame(rows5),
+                     privacy=pd.concat(judged["privacy"], ignore_index=True), privacy_info=judged["info"],
+                     cohort_info={key: {"num_identities": data[key].num_identities,
+                                        "majority": float(max(np.mean(data[key].disease["test"]),
+                                                              1 - np.mean(data[key].disease["test"])))}
+                                  for key in DATASETS}, examples=examples,
+                     explanations=judged["explanations"], training=pd.DataFrame(training), config=config,
+                     seconds=time.perf_counter() - started, histories=histories,
+                     recognition=pd.concat(judged["recognition"], ignore_index=True),
+                     instruments=pd.DataFrame(judged["checks"]), per_image=judged["per_image"],
+                     patients={key: data[key].patients["test"] for key in DATASETS}) for judged in replicates]
+    if len(views) == 1:
+        return views[0]
+    # The outcome shown: the first replicate's examples, the judged tables averaged over the replicates (SEs with
+    # the seed spread); the claims are decided on every replicate's own view and combined.
+    return replace(views[0], recognition=combine_replicate_tables([view.recognition for view in views],
+                                                                  ["cohort", "images"]),
+                   privacy=combine_replicate_tables([view.privacy for view in views], ["cohort", "strength"]),
+                   instruments=combine_replicate_tables([view.instruments for view in views],
+                                                        ["cohort", "instrument", "measure"]),
+                   replicates=views)

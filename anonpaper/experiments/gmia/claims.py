@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from anonpaper.experiments.claims import DECISION_Z, Claim, Instrument, decide
+from anonpaper.experiments.claims import DECISION_Z, Claim, Instrument, combine_seed_claims, decide
 from anonpaper.experiments.gmia.analysis import PAPER_TABLE1, QUALITY_METRICS
 from anonpaper.experiments.gmia.pipeline import (BLUR, CO_RECON, E_RECON, ID_ONLY, INDEPENDENT, PIXELATE, REAL,
                                                  UT_ONLY, Outcome, adaptive_name, main_name)
@@ -85,7 +85,15 @@ def instruments(outcome: Outcome) -> dict[str, Instrument]:
 
 
 def evaluate_claims(outcome: Outcome) -> list[Claim]:
-    """The chapter's claims (see the module docstring for the rules)."""
+    """The chapter's claims (see the module docstring for the rules): with several judge seeds, decided on each
+    seed's view and combined (:func:`anonpaper.experiments.claims.combine_seed_claims`)."""
+    if outcome.replicates:
+        return combine_seed_claims([replicate_claims(view) for view in outcome.replicates])
+    return replicate_claims(outcome)
+
+
+def replicate_claims(outcome: Outcome) -> list[Claim]:
+    """The chapter's claims decided with one set of judges."""
     config = outcome.config
     n, min_n = outcome.n_test, config.min_test_images
     main = outcome.main

@@ -61,6 +61,11 @@ class Config(ChapterConfig):
                                                   "paper: 0, -0.5, -0.7).")
     anonymise_batch_size: int = parameter(64, "Images optimised together (the result does not depend on it).")
     attacker_epochs: int = parameter(30, "Epochs of each membership-inference attacker.")
+    judge_seeds: int = parameter(3, "Training seeds of the judges (the fixed, independent and adaptive attackers, "
+                                    "the finding classifiers of the utility table, the membership attackers): "
+                                    "every claim is decided with each seed's judges and the effects averaged, "
+                                    "their spread added to the SE. E_id and E_ut, which the method optimises "
+                                    "against, are trained once.")
     membership_folds: int = parameter(4, "Patient folds of the membership attack: each fold's images are scored by "
                                          "an attacker trained on two or more other folds and selected on another, "
                                          "so no attacker is trained or selected on the images it attacks (at "
@@ -161,7 +166,7 @@ class Config(ChapterConfig):
             checks.append((isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1,
                            f"{name.upper()} must lie in (0, 1), got {value!r}"))
         for name in ("identity_epochs", "utility_epochs", "lpips_epochs", "steps", "anonymise_batch_size",
-                     "attacker_epochs"):
+                     "attacker_epochs", "judge_seeds"):
             value = getattr(self, name)
             checks.append((isinstance(value, int) and not isinstance(value, bool) and value >= 1,
                            f"{name.upper()} must be a positive integer, got {value!r}"))

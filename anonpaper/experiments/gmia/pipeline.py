@@ -35,7 +35,7 @@ description; projection trainings checkpoint to ``$ANONPAPER_CACHE/gmia-runs/<ke
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -45,6 +45,7 @@ import torch
 from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
 from anonpaper.data.phantoms.cxr import FINDINGS
+from anonpaper.experiments.claims import combine_replicate_tables
 from anonpaper.experiments.generators import load_generator
 from anonpaper.experiments.gmia.config import Config
 from anonpaper.methods.baselines import blur_to_psnr, gaussian_blur, pixelate, pixelate_to_psnr
@@ -58,7 +59,7 @@ from anonpaper.models.classifiers import build_classifier
 from anonpaper.models.embedding import EmbeddingNet
 from anonpaper.models.encoders import LatentEncoder
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGenerator, to_signed_range, to_unit_range
-from anonpaper.runtime import cache_dir, content_hash, derive_seed, get_device
+from anonpaper.runtime import cache_dir, content_hash, derive_seed, get_device, replicate_parts
 from anonpaper.train.classifier import predict_proba, train_classifier
 from anonpaper.train.embedding import embed, train_embedding
 from anonpaper.train.gan import GANTrainingConfig
@@ -214,21 +215,24 @@ def train_identity_network(images: np.ndarray, patients: np.ndarray, config: Con
 
 
 def train_finding_classifier(images: np.ndarray, labels: np.ndarray, config: Config, tag: str,
-                             device: torch.device | None = None, progress: bool = False
+                             device: torch.device | None = None, progress: bool = False, replicate: int = 0
                              ) -> tuple[torch.nn.Module, dict]:
     """A multi-label finding classifier trained on ``images`` (uint8 (N, R, R)) with the real labels (N, K): E_ut
     when ``images`` are the real training images, a utility classifier otherwise. Same recipe and seed for every
-    training set, so the rows of the utility table differ only in their images."""
+    training set, so the rows of the utility table differ only in their images; ``replicate`` r > 0 trains the
+    r-th judge replicate with its own seed (:func:`anonpaper.runtime.replicate_parts`)."""
     description = {"data": content_hash(images, labels), "backbone": config.utility_backbone,
-                   "epochs": config.utility_epochs, "seed": config.seed}
+                   "epochs": config.utility_epochs, "seed": config.seed,
+                   **({"replicate": replicate} if replicate else {})}
 
     def build() -> dict:
         started = time.perf_counter()
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(config.seed, "finding-classifier-init"))
+            torch.manual_seed(derive_seed(config.seed, "finding-classifier-init", *replicate_parts(replicate)))
             network = build_classifier(config.utility_backbone, 1, labels.shape[1])
         result = train_multilabel_classifier(network, (images, labels), TrainSettings(
-            epochs=config.utility_epochs, seed=derive_seed(config.seed, "finding-classifier"), device=device,
+            epochs=config.utility_epochs, seed=derive_seed(config.seed, "finding-classifier",
+                                                           *replicate_parts(replicate)), device=device,
             progress=progress))
         return {"model": result.model.cpu().eval(), "history": result.history, "seconds": time.perf_counter() - started}
 
@@ -273,14 +277,15 @@ def balanced_accuracy_or_nan(truth: np.ndarray, predicted: np.ndarray) -> float:
 
 
 def train_membership_attackers(data: GMIAData, config: Config, device: torch.device | None = None,
-                               progress: bool = False) -> tuple[list[torch.nn.Module], dict]:
+                               progress: bool = False, replicate: int = 0) -> tuple[list[torch.nn.Module], dict]:
     """The membership-inference attackers (binary classifiers on REAL images, class 1 = member = a training-split
     image, which the co-trained generator and every instrument saw): one per patient fold (:func:`membership_folds`,
     ``F`` folds), trained on the real images of the folds other than the attacked one and the next, and selected
     (best epoch by validation macro-F1) on the next fold's, so none is trained or selected on the images it
     attacks. The authors published no MIA code; the paper's attacker is "trained on the real dataset and evaluated
     on the anonymised dataset" and reports its accuracy on its own training data (0.968), which measures
-    memorisation; a held-out attack needs patients the attacker never saw.
+    memorisation; a held-out attack needs patients the attacker never saw. ``replicate`` as in
+    :func:`train_finding_classifier` (the folds stay the same).
 
     Returns:
         The F attackers (eval, CPU) and ``{"cached", "seconds", "history", "key", "folds", "training_accuracy"}``
@@ -299,17 +304,18 @@ def train_membership_attackers(data: GMIAData, config: Config, device: torch.dev
         description = {"data": content_hash(images[train_rows], member[train_rows], images[select_rows],
                                             member[select_rows]),
                        "backbone": config.utility_backbone, "epochs": config.attacker_epochs, "seed": config.seed,
-                       "fold": attacked, "folds": folds}
+                       "fold": attacked, "folds": folds, **({"replicate": replicate} if replicate else {})}
 
         def build(train_rows=train_rows, select_rows=select_rows, attacked=attacked) -> dict:
             started = time.perf_counter()
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(derive_seed(config.seed, "membership-init", attacked))
+                torch.manual_seed(derive_seed(config.seed, "membership-init", attacked, *replicate_parts(replicate)))
                 network = build_classifier(config.utility_backbone, 1, 2)
             result = train_classifier(network, (images[train_rows], member[train_rows]),
                                       (images[select_rows], member[select_rows]), TrainSettings(
                                           epochs=config.attacker_epochs, batch_size=32, lr=1e-3, lr_schedule="cosine",
-                                          seed=derive_seed(config.seed, "membership", attacked), device=device,
+                                          seed=derive_seed(config.seed, "membership", attacked,
+                                                           *replicate_parts(replicate)), device=device,
                                           progress=progress))
             return {"model": result.model.cpu().eval(), "history": result.history,
                     "seconds": time.perf_counter() - started}
@@ -799,6 +805,11 @@ class Outcome:
         example_patients: The patients of the example rows.
         stage_seconds: Stage -> wall seconds of this run.
         seconds: Wall seconds of :func:`run`.
+        replicates: With ``JUDGE_SEEDS > 1``, one outcome per judge seed with that seed's ``utility``,
+            ``linkability``, ``singling_out``, ``membership``, ``thresholds`` and ``instruments``: the claims are
+            decided on each and combined. The outcome itself then holds those tables averaged over the seeds
+            (``*_se`` with the seed spread, ``*_seed_sd``), the instruments' means and the first seed's thresholds.
+            Empty with one judge seed.
     """
 
     config: Config
@@ -822,6 +833,7 @@ class Outcome:
     example_patients: list[str]
     stage_seconds: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    replicates: list["Outcome"] = field(default_factory=list)
 
     @property
     def main(self) -> str:
@@ -930,85 +942,115 @@ def run(config: Config, generator_config, progress: bool = False, log: Callable[
                                                 patients_test, config, f"paired-{metric}")
                       for metric in per_image[CO_RECON]}
     stage("image quality")
-    utility_rows = [utility_row(utility, data, config, REAL)]
-    for name, images in sets.items():
-        if name == REAL:
-            continue
-        classifier, info = train_finding_classifier(images["train"], data.labels["train"], config, name, device,
-                                                    progress)
-        note(f"finding classifier on {name}", info)
-        utility_rows.append(utility_row(classifier, data, config, name))
-    stage("utility")
-
-    threshold, source = verification_threshold(attacker, data.images["val"], data.patients["val"],
-                                                (data.images["train"], data.patients["train"]))
-    thresholds = {"fixed": {"threshold": threshold, "source": source}}
-    link_rows, _ = linkability_rows(attacker, threshold, data, sets, config, "fixed")
-    singling = singling_out_rows(attacker, data, sets, config)
-    # An attacker of another architecture, trained on the real training images: not E_id's sibling.
-    independent, info = train_identity_network(data.images["train"], data.patients["train"], config,
-                                               "independent attacker", device, progress,
-                                               backbone=config.independent_backbone)
-    note(f"independent attacker ({config.independent_backbone})", info)
-    value, source = verification_threshold(independent, data.images["val"], data.patients["val"],
-                                           (data.images["train"], data.patients["train"]))
-    thresholds[INDEPENDENT] = {"threshold": value, "source": source}
-    link_rows += linkability_rows(independent, value, data, sets, config, INDEPENDENT)[0]
-    singling += singling_out_rows(independent, data, sets, config, INDEPENDENT)
-    adaptive_auc = {}
-    for name in adaptive_sets(config):
-        adaptive, info = train_identity_network(sets[name]["train"], data.patients["train"], config,
-                                                f"adaptive: {name}", device, progress)
-        note(f"adaptive attacker on {name}", info)
-        # The ablations have no anonymised validation split: their threshold comes from training pairs.
-        value, source = verification_threshold(adaptive, sets[name].get("val"), data.patients["val"],
-                                               (sets[name]["train"], data.patients["train"]))
-        thresholds[adaptive_name(name)] = {"threshold": value, "source": source}
-        rows, _ = linkability_rows(adaptive, value, data, {REAL: sets[REAL], name: sets[name]}, config,
-                                   adaptive_name(name))
-        link_rows += rows
-        adaptive_auc[name] = float([row for row in rows if row["risk"] == "inner"][0]["auc"])
-        singling += singling_out_rows(adaptive, data, {name: sets[name]}, config, adaptive_name(name))
-    stage("linkability and singling out")
-    membership_attackers, info = train_membership_attackers(data, config, device, progress)
-    note("membership attackers (one per patient fold)", info)
-    membership = membership_rows(membership_attackers, info["folds"], data, sets, config, info["training_accuracy"])
-    stage("membership inference")
-
     quality_psnr = quality[quality["metric"] == "PSNR"].set_index("set")["value"]
     margin_rows = [{"margin": m, "set": main_name(m), "final_cosine": float(np.mean(cosines[main_name(m)])),
                     "reached": float(np.mean(np.asarray(cosines[main_name(m)]) <= m)),
                     "PSNR": float(quality_psnr[main_name(m)])} for m in config.margins]
-
-    def link_value(attacker_name: str, name: str, risk: str, column: str) -> float:
-        return float([row for row in link_rows if row["attacker"] == attacker_name and row["set"] == name
-                      and row["risk"] == risk][0][column])
-
     mean_image = np.repeat(data.images["train"].astype(np.float64).mean(0, keepdims=True), len(data.images["test"]), 0)
     mean_psnr = float(psnr(torch.from_numpy(mean_image)[:, None] / 255.0, data.tensor("test").double()))
-    instruments = {"identity_auc": link_value("fixed", REAL, "real", "auc"),
-                   "identity_tar": link_value("fixed", REAL, "real", "tar"),
-                   "independent_auc": link_value(INDEPENDENT, REAL, "real", "auc"),
-                   **{f"adaptive_auc/{name}": value for name, value in adaptive_auc.items()},
-                   "utility_auroc": float(utility_rows[0]["AUROC"]),
-                   "membership_accuracy": float(membership[0]["balanced_accuracy"]),
-                   "projector_psnr": float(quality_psnr[CO_RECON]), "mean_image_psnr": mean_psnr,
-                   "projector_gain_db": float(quality_psnr[CO_RECON]) - mean_psnr,
-                   "projector_auroc": utility_metrics(data.labels["test"], predict_multilabel(
-                       utility, sets[CO_RECON]["test"]))["AUROC"],
-                   "projector_identity_auc": link_value("fixed", CO_RECON, "outer", "auc"),
-                   "encoder_updates_ratio": config.kimg_steps(config.encoder_kimg)
-                   / config.kimg_steps(config.co_training_kimg),
-                   "lpips_val_dice": float(lpips_info["val_dice"])}
+    unjudged = {"projector_psnr": float(quality_psnr[CO_RECON]), "mean_image_psnr": mean_psnr,
+                "projector_gain_db": float(quality_psnr[CO_RECON]) - mean_psnr,
+                "encoder_updates_ratio": config.kimg_steps(config.encoder_kimg)
+                / config.kimg_steps(config.co_training_kimg),
+                "lpips_val_dice": float(lpips_info["val_dice"])}
+
+    def judged(replicate: int) -> dict[str, Any]:
+        """Utility, linkability, singling out and membership decided by judges trained with replicate seed
+        ``replicate`` (0: E_ut and the fixed attacker trained above)."""
+        suffix = f" (judge seed {replicate + 1})" if replicate else ""
+        real_classifier, fixed = utility, attacker
+        if replicate:
+            real_classifier, info = train_finding_classifier(data.images["train"], data.labels["train"], config, REAL,
+                                                             device, progress, replicate=replicate)
+            note(f"finding classifier on real images{suffix}", info)
+            fixed, info = train_identity_network(data.images["train"], data.patients["train"], config,
+                                                 f"fixed attacker{suffix}", device, progress)
+            note(f"fixed verification attacker{suffix}", info)
+        utility_rows = [utility_row(real_classifier, data, config, REAL)]
+        for name, images in sets.items():
+            if name == REAL:
+                continue
+            classifier, info = train_finding_classifier(images["train"], data.labels["train"], config, name, device,
+                                                        progress, replicate=replicate)
+            note(f"finding classifier on {name}{suffix}", info)
+            utility_rows.append(utility_row(classifier, data, config, name))
+        stage(f"utility{suffix}")
+
+        threshold, source = verification_threshold(fixed, data.images["val"], data.patients["val"],
+                                                    (data.images["train"], data.patients["train"]))
+        thresholds = {"fixed": {"threshold": threshold, "source": source}}
+        link_rows, _ = linkability_rows(fixed, threshold, data, sets, config, "fixed")
+        singling = singling_out_rows(fixed, data, sets, config)
+        # An attacker of another architecture, trained on the real training images: not E_id's sibling.
+        independent, info = train_identity_network(data.images["train"], data.patients["train"], config,
+                                                   f"independent attacker{suffix}", device, progress,
+                                                   backbone=config.independent_backbone)
+        note(f"independent attacker ({config.independent_backbone}){suffix}", info)
+        value, source = verification_threshold(independent, data.images["val"], data.patients["val"],
+                                               (data.images["train"], data.patients["train"]))
+        thresholds[INDEPENDENT] = {"threshold": value, "source": source}
+        link_rows += linkability_rows(independent, value, data, sets, config, INDEPENDENT)[0]
+        singling += singling_out_rows(independent, data, sets, config, INDEPENDENT)
+        adaptive_auc = {}
+        for name in adaptive_sets(config):
+            adaptive, info = train_identity_network(sets[name]["train"], data.patients["train"], config,
+                                                    f"adaptive: {name}{suffix}", device, progress)
+            note(f"adaptive attacker on {name}{suffix}", info)
+            # The ablations have no anonymised validation split: their threshold comes from training pairs.
+            value, source = verification_threshold(adaptive, sets[name].get("val"), data.patients["val"],
+                                                   (sets[name]["train"], data.patients["train"]))
+            thresholds[adaptive_name(name)] = {"threshold": value, "source": source}
+            rows, _ = linkability_rows(adaptive, value, data, {REAL: sets[REAL], name: sets[name]}, config,
+                                       adaptive_name(name))
+            link_rows += rows
+            adaptive_auc[name] = float([row for row in rows if row["risk"] == "inner"][0]["auc"])
+            singling += singling_out_rows(adaptive, data, {name: sets[name]}, config, adaptive_name(name))
+        stage(f"linkability and singling out{suffix}")
+        membership_attackers, info = train_membership_attackers(data, config, device, progress, replicate=replicate)
+        note(f"membership attackers (one per patient fold){suffix}", info)
+        membership = membership_rows(membership_attackers, info["folds"], data, sets, config,
+                                     info["training_accuracy"])
+        stage(f"membership inference{suffix}")
+
+        def link_value(attacker_name: str, name: str, risk: str, column: str) -> float:
+            return float([row for row in link_rows if row["attacker"] == attacker_name and row["set"] == name
+                          and row["risk"] == risk][0][column])
+
+        instruments = {"identity_auc": link_value("fixed", REAL, "real", "auc"),
+                       "identity_tar": link_value("fixed", REAL, "real", "tar"),
+                       "independent_auc": link_value(INDEPENDENT, REAL, "real", "auc"),
+                       **{f"adaptive_auc/{name}": value for name, value in adaptive_auc.items()},
+                       "utility_auroc": float(utility_rows[0]["AUROC"]),
+                       "membership_accuracy": float(membership[0]["balanced_accuracy"]),
+                       "projector_auroc": utility_metrics(data.labels["test"], predict_multilabel(
+                           real_classifier, sets[CO_RECON]["test"]))["AUROC"],
+                       "projector_identity_auc": link_value("fixed", CO_RECON, "outer", "auc"), **unjudged}
+        return {"utility": pd.DataFrame(utility_rows), "linkability": pd.DataFrame(link_rows),
+                "singling_out": pd.DataFrame(singling), "membership": pd.DataFrame(membership),
+                "thresholds": thresholds, "instruments": instruments}
+
+    # Every judge (attackers, utility and membership classifiers) is trained JUDGE_SEEDS times with different seeds
+    # and every claim decided with each seed's judges, so that the verdicts carry the judges' training randomness.
+    replicates = [judged(replicate) for replicate in range(config.judge_seeds)]
     rows = _example_rows(patients_test)
     examples = {name: images["test"][rows] for name, images in sets.items()}
-    return Outcome(config=config, data=data_summary(data), resolution=data.resolution,
-                   generator={"config": generator_config.cxr_sg2_config, "kimg": trained.kimg,
-                              "source": trained.source, "key": trained.cache_key},
-                   training=pd.DataFrame(training), histories=histories, quality=quality,
-                   quality_paired=quality_paired, utility=pd.DataFrame(utility_rows),
-                   linkability=pd.DataFrame(link_rows), singling_out=pd.DataFrame(singling),
-                   membership=pd.DataFrame(membership), margins=pd.DataFrame(margin_rows), curves=curves,
-                   thresholds=thresholds, baselines=baselines, instruments=instruments, examples=examples,
-                   example_patients=[str(p) for p in data.patient_ids["test"][rows]], stage_seconds=stage_seconds,
-                   seconds=time.perf_counter() - started)
+    views = [Outcome(config=config, data=data_summary(data), resolution=data.resolution,
+                     generator={"config": generator_config.cxr_sg2_config, "kimg": trained.kimg,
+                                "source": trained.source, "key": trained.cache_key},
+                     training=pd.DataFrame(training), histories=histories, quality=quality,
+                     quality_paired=quality_paired, margins=pd.DataFrame(margin_rows), curves=curves,
+                     baselines=baselines, examples=examples,
+                     example_patients=[str(p) for p in data.patient_ids["test"][rows]], stage_seconds=stage_seconds,
+                     seconds=time.perf_counter() - started, **replicate) for replicate in replicates]
+    if len(views) == 1:
+        return views[0]
+    # The outcome shown: the judged tables averaged over the seeds (SEs with the seed spread) and the instruments'
+    # means; the claims are decided on every seed's own view and combined.
+    return replace(views[0], utility=combine_replicate_tables([view.utility for view in views], ["training set"]),
+                   linkability=combine_replicate_tables([view.linkability for view in views],
+                                                        ["attacker", "set", "risk"]),
+                   singling_out=combine_replicate_tables([view.singling_out for view in views], ["attacker", "set"]),
+                   membership=combine_replicate_tables([view.membership for view in views], ["set"]),
+                   instruments={key: float(np.mean([view.instruments[key] for view in views]))
+                                for key in views[0].instruments},
+                   replicates=views)

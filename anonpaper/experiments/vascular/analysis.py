@@ -89,7 +89,7 @@ def instruments_table(outcome: Outcome) -> pd.DataFrame:
         if not np.isfinite(floor):
             return ""
         ceiling = "ceiling" in str(row["measure"])
-        if instrument_passes(row["value"], floor, not ceiling):
+        if instrument_passes(row["value"], floor, not ceiling, row.get("seed_sd", 0.0), row.get("seeds", 1)):
             return "passes"
         if not np.isfinite(float(row["value"])):
             return "not measured"

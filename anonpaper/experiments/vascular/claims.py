@@ -45,7 +45,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from anonpaper.experiments.claims import DECISION_Z, Claim, Instrument, decide, varies
+from anonpaper.experiments.claims import DECISION_Z, Claim, Instrument, combine_seed_claims, decide, varies
 from anonpaper.experiments.vascular.analysis import PAPER_TABLE2, PAPER_TABLE3, TABLE2_METRICS
 from anonpaper.experiments.vascular.pipeline import (ATTACKER_RANK1, CONTROLS, DR_CHECK, KEYPOINT_PRECISION,
                                                      KEYPOINT_RECALL, LESION_DICE, LESION_SHARE, LOWRANK,
@@ -358,7 +358,15 @@ def ablation_claim(outcome: Outcome) -> Claim:
 
 
 def evaluate_claims(outcome: Outcome) -> list[Claim]:
-    """The chapter's claims (see the module docstring), in the order the page lists them."""
+    """The chapter's claims (see the module docstring), in the order the page lists them: with several judge
+    seeds, decided on each seed's view and combined (:func:`anonpaper.experiments.claims.combine_seed_claims`)."""
+    if outcome.replicates:
+        return combine_seed_claims([replicate_claims(view) for view in outcome.replicates])
+    return replicate_claims(outcome)
+
+
+def replicate_claims(outcome: Outcome) -> list[Claim]:
+    """The chapter's claims decided with one set of judges."""
     claims = [vessel_claim(outcome)]
     claims += [identity_claim(outcome, baseline, metric) for baseline in BASELINES for metric in FS_NAMES]
     claims += [control_claim(outcome, control, metric) for control in CONTROLS for metric in FS_NAMES]

@@ -93,6 +93,11 @@ class Config(ChapterConfig):
     attacker_min_rank1: float = parameter(0.5, "Floor of the attacker's validation rank-1 (leave-one-out among "
                                                "held-out real images): an attacker under it does not re-identify "
                                                "unedited eyes, so its rank-1 on edits says nothing about privacy.")
+    judge_seeds: int = parameter(3, "Training seeds of the judges (the hard-exudate U-Net of AMS, the keypoint "
+                                    "detector of FS_SR, the re-identification attacker, the DR classifier): every "
+                                    "judged metric is measured with each seed's judges, every claim decided with "
+                                    "each and the effects averaged, their spread added to the SE. The vessel U-Net, "
+                                    "which the method's scores rest on, is trained once.")
     reference_pairs: int = parameter(64, "Pairs of real test images of one eye (and of two different eyes) whose "
                                          "FS_SIFT and FS_SR are the level an edit must fall under to de-identify.")
     min_vessel_ratio: float = parameter(0.25, "Instrument check: the vessel fraction the segmenter finds in "
@@ -156,6 +161,7 @@ class Config(ChapterConfig):
              f"DR_MIN_QWK must lie in [-1, 1], got {self.dr_min_qwk!r}"),
             (positive_int(self.attacker_epochs), f"ATTACKER_EPOCHS must be a positive integer, got "
                                                  f"{self.attacker_epochs!r}"),
+            (positive_int(self.judge_seeds), f"JUDGE_SEEDS must be a positive integer, got {self.judge_seeds!r}"),
             (isinstance(self.min_vessel_ratio, (int, float)) and 0 < self.min_vessel_ratio <= 1,
              f"MIN_VESSEL_RATIO must lie in (0, 1], got {self.min_vessel_ratio!r}"),
             (isinstance(self.max_empty_masks, (int, float)) and 0 <= self.max_empty_masks <= 1,

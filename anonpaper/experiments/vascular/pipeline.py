@@ -52,6 +52,7 @@ import torch.nn.functional as F
 
 from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
+from anonpaper.experiments.claims import combine_replicate_tables
 from anonpaper.experiments.generators import Config as GeneratorsConfig
 from anonpaper.experiments.generators import TrainedGenerator, load_generator
 from anonpaper.experiments.generators.config import PHANTOM_FUNDUS
@@ -71,7 +72,7 @@ from anonpaper.metrics.statistics import patient_bootstrap_se
 from anonpaper.models.keypoints import fs_sr
 from anonpaper.models.stylegan import (ResidualDiscriminator, StyleCodes, StyleGenerator, project, style_statistics,
                                        to_unit_range)
-from anonpaper.runtime import derive_seed, get_device
+from anonpaper.runtime import derive_seed, get_device, replicate_parts, replicate_seed
 from anonpaper.train.gan import train_gan
 from anonpaper.train.pretrained import (cohort_description, trained_exudate_segmenter, trained_keypoint_detector,
                                         trained_segmenter)
@@ -165,25 +166,28 @@ def _resampled(images: np.ndarray, size: int) -> np.ndarray:
                                 interpolation=cv2.INTER_LINEAR) for image in images])
 
 
-def train_attacker(cohort, config, resolution: int, progress: bool = False) -> tuple[torch.nn.Module, dict]:
+def train_attacker(cohort, config, resolution: int, progress: bool = False,
+                   replicate: int = 0) -> tuple[torch.nn.Module, dict]:
     """The identity attacker: an ArcFace embedding trained on the cohort's training patients, seeing images as the
     generator does (resampled to its ``resolution`` and back), cached. Its held-out rank-1 (val split,
-    leave-one-out) is its check."""
+    leave-one-out) is its check. ``replicate`` r > 0 trains the r-th judge replicate with its own seed."""
     from anonpaper.metrics.identity import rank1_accuracy
     from anonpaper.models.embedding import EmbeddingNet
     from anonpaper.train.embedding import embed, train_embedding
     from anonpaper.train.loop import TrainSettings
 
     description = {"cohort": cohort_description(cohort), "backbone": config.attacker_backbone,
-                   "epochs": config.attacker_epochs, "resolution": resolution, "seed": config.seed}
+                   "epochs": config.attacker_epochs, "resolution": resolution, "seed": config.seed,
+                   **({"replicate": replicate} if replicate else {})}
 
     def build() -> dict:
         train = cohort.split("train")
         images = _resampled(train.load_images(), resolution)
-        torch.manual_seed(derive_seed(config.seed, "attacker-init"))
+        torch.manual_seed(derive_seed(config.seed, "attacker-init", *replicate_parts(replicate)))
         result = train_embedding(EmbeddingNet(int(cohort.channels), 64, config.attacker_backbone), images,
                                  train.table["patient_id"].to_numpy(),
-                                 TrainSettings(epochs=config.attacker_epochs, seed=derive_seed(config.seed, "attacker"),
+                                 TrainSettings(epochs=config.attacker_epochs,
+                                               seed=derive_seed(config.seed, "attacker", *replicate_parts(replicate)),
                                                device=config.device or get_device(), progress=progress))
         model = result.model.cpu().eval()
         val = cohort.split("val")
@@ -197,20 +201,22 @@ def train_attacker(cohort, config, resolution: int, progress: bool = False) -> t
     return artifact["model"].eval(), {"val_rank1": artifact["val_rank1"]}
 
 
-def train_dr_classifier(config, generator_config: GeneratorsConfig,
-                        progress: bool = False) -> tuple[torch.nn.Module | None, dict]:
+def train_dr_classifier(config, generator_config: GeneratorsConfig, progress: bool = False,
+                        replicate: int = 0) -> tuple[torch.nn.Module | None, dict]:
     """The DR classifier of the lesion utility: the generators chapter's cohort DR classifier
     (:func:`anonpaper.experiments.generators.labels.label_classifier`: from scratch on the real training images of
     the generator's cohort at the generator's resolution, class-weighted focal loss, gamma 0.6, as paper 2's DR
     model; cached), with this chapter's backbone, epochs and seed. Its check: quadratic-weighted kappa (with a
-    patient-bootstrap SE) and accuracy on held-out real images.
+    patient-bootstrap SE) and accuracy on held-out real images. ``replicate`` r > 0: the r-th judge replicate, with
+    its own seed (:func:`anonpaper.runtime.replicate_seed`).
 
     Returns:
         ``(model or None, info)``; info: ``column``, ``classes``, ``qwk``, ``qwk_se``, ``accuracy``, ``n``,
         ``source``; the model is None (and ``source`` says why) when the cohort has no DR label.
     """
     classifier = label_classifier(FUNDUS_IMAGES, generator_config, backbone=config.dr_backbone,
-                                  epochs=config.dr_epochs, seed=config.seed, device=config.device, progress=progress)
+                                  epochs=config.dr_epochs, seed=replicate_seed(config.seed, replicate),
+                                  device=config.device, progress=progress)
     if classifier is None:
         cohort = kind_cohort(FUNDUS_IMAGES, generator_config)
         return None, {"column": "", "classes": 0, "qwk": float("nan"), "qwk_se": float("nan"),
@@ -237,18 +243,24 @@ def vessel_segmenter(config, generator_config: GeneratorsConfig, progress: bool 
     return vessel.model.eval(), float(vessel.val_dice)
 
 
-def load_instruments(config, generator_config: GeneratorsConfig, progress: bool = False) -> Instruments:
+def load_instruments(config, generator_config: GeneratorsConfig, progress: bool = False,
+                     replicate: int = 0) -> Instruments:
     """Train (or load from the cache) the instruments: the vessel U-Net on :func:`vessel_cohort` with the
     generators chapter's settings (so its cache serves both), the exudate U-Net and the keypoint detector on the
     fundus phantom (they need its exact masks and keypoints), the attacker and the DR classifier on the generator's
-    own cohort (the phantom, or the real copy)."""
+    own cohort (the phantom, or the real copy).
+
+    ``replicate`` r > 0 trains the r-th replicate of the judges (the exudate U-Net of AMS, the keypoint detector of
+    FS_SR, the attacker and the DR classifier) with their own seeds; the vessel U-Net, which the method's scores
+    rest on, is the same in every replicate."""
     cohort = kind_cohort(FUNDUS_IMAGES, generator_config)
     phantom = load_cohort(PHANTOM_FUNDUS, **generator_config.phantom_options(FUNDUS_IMAGES))
     vessels, vessel, options = _vessel_segmenter(config, generator_config, progress)
-    exudate = trained_exudate_segmenter(phantom, **options)
-    keypoints = trained_keypoint_detector(phantom, epochs=config.keypoint_epochs, seed=config.seed, progress=progress)
-    attacker, attacker_check = train_attacker(cohort, config, generator_config.image_size, progress)
-    dr, dr_check = train_dr_classifier(config, generator_config, progress)
+    exudate = trained_exudate_segmenter(phantom, **{**options, "seed": replicate_seed(options["seed"], replicate)})
+    keypoints = trained_keypoint_detector(phantom, epochs=config.keypoint_epochs,
+                                          seed=replicate_seed(config.seed, replicate), progress=progress)
+    attacker, attacker_check = train_attacker(cohort, config, generator_config.image_size, progress, replicate)
+    dr, dr_check = train_dr_classifier(config, generator_config, progress, replicate)
     dr_name = (f"DR classifier ({dr_check['column']}, {dr_check['classes']} classes; {dr_check['n']} held-out real "
                f"images: {dr_check['source']})" if dr is not None else f"DR classifier ({dr_check['source']})")
     rows = [{"instrument": f"vessel U-Net ({vessels.name})", "measure": VESSEL_DICE, "value": vessel.val_dice,
@@ -798,6 +810,15 @@ def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Ten
         ``rroi_area``, ``ams``, ``dr_agreement`` and ``rank1`` (for paired comparisons). RROI is undefined (NaN)
         for an image whose vessel mask is empty; the DR columns are absent without a DR classifier.
     """
+    row, per_image = measure_unjudged(instruments, originals, edited, real_features)
+    judged_row, judged_per_image = measure_judged(instruments, originals, edited, gallery, clusters, bootstrap, seed)
+    return {**row, **judged_row}, {**per_image, **judged_per_image}
+
+
+def measure_unjudged(instruments: Instruments, originals: torch.Tensor, edited: torch.Tensor,
+                     real_features: np.ndarray) -> tuple[dict, dict[str, np.ndarray]]:
+    """The metrics of :func:`measure` that rest on no judge network: FD and the U-Net distance (the vessel U-Net
+    the method's scores rest on), FS_SIFT and RROI; the same for every judge seed."""
     size = instruments.cohort_size
     first, second = _upsample(originals, size), _upsample(edited, size)
     row: dict[str, Any] = {"n": len(originals)}
@@ -805,12 +826,9 @@ def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Ten
     # cost minutes at quick (the Table 3 FDs, which a claim compares, carry their bootstrap SE).
     row["fd"] = frechet_distance(real_features, fd_features(instruments, edited))
     row["unet_distance"], row["unet_distance_se"] = _mean_se(unet_distance(instruments, first, second))
-    per_image = {"fs_sift": fs_sift(first, second, reduction="none"),
-                 "fs_sr": fs_sr(instruments.keypoints, first, second, reduction="none")}
+    per_image = {"fs_sift": fs_sift(first, second, reduction="none")}
     row["fs_sift"], row["fs_sift_se"] = _mean_se(per_image["fs_sift"])
     row["fs_sift_missing"] = int(np.isnan(per_image["fs_sift"]).sum())
-    row["fs_sr"], row["fs_sr_se"] = _mean_se(per_image["fs_sr"])
-    row["fs_sr_missing"] = int(np.isnan(per_image["fs_sr"]).sum())
     mask = (vessel_probability(instruments, originals) >= 0.5).float()
     ratios = rroi(mask, first, second, reduction="none")
     area = mask.flatten(1).sum(1).double().numpy()
@@ -824,6 +842,20 @@ def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Ten
         # An even change d everywhere gives ||M d|| / ||(1 - M) d|| = sqrt(|M| / |1 - M|) (L2 norms of Eq. 12).
         per_image["rroi_area"] = ratios / np.sqrt(area / (mask[0].numel() - area))
     row["rroi_area"], row["rroi_area_se"] = _mean_se(per_image["rroi_area"])
+    return row, per_image
+
+
+def measure_judged(instruments: Instruments, originals: torch.Tensor, edited: torch.Tensor,
+                   gallery: AttackGallery | None, clusters: np.ndarray, bootstrap: int = 0,
+                   seed: int = 0) -> tuple[dict, dict[str, np.ndarray]]:
+    """The metrics of :func:`measure` that judge networks decide, measured once per judge seed: FS_SR (keypoint
+    detector), AMS (exudate U-Net), the DR utility (DR classifier) and rank-1 (attacker)."""
+    size = instruments.cohort_size
+    first, second = _upsample(originals, size), _upsample(edited, size)
+    row: dict[str, Any] = {}
+    per_image = {"fs_sr": fs_sr(instruments.keypoints, first, second, reduction="none")}
+    row["fs_sr"], row["fs_sr_se"] = _mean_se(per_image["fs_sr"])
+    row["fs_sr_missing"] = int(np.isnan(per_image["fs_sr"]).sum())
     agreement = (exudate_present(instruments, originals) == exudate_present(instruments, edited)).astype(float)
     per_image["ams"] = agreement
     row["ams"], row["ams_se"] = _mean_se(agreement)
@@ -886,7 +918,7 @@ def project_real(generator: StyleGenerator, targets: torch.Tensor, steps: int, s
 
 
 def identity_references(instruments: Instruments, images: np.ndarray, patients: np.ndarray, pairs: int,
-                        seed: int) -> dict:
+                        seed: int, metrics: tuple[str, ...] = ("fs_sift", "fs_sr")) -> dict:
     """The identity similarity an edit is read against: FS_SIFT and FS_SR between two photographs of the same eye
     (one pair per patient with two or more images) and between photographs of two different eyes, on real images as
     the generator sees them (``images`` at its side, upsampled to the instruments' like every edit).
@@ -898,6 +930,7 @@ def identity_references(instruments: Instruments, images: np.ndarray, patients: 
         images: ``(G, C, R, R)`` float array in [0, 1]; ``patients``: ``(G,)`` their patient ids.
         pairs: At most this many pairs of each kind (same eye, different eyes).
         seed: Seed of the pair draws.
+        metrics: Which of ``fs_sift`` and ``fs_sr`` to measure (the same pairs for the same seed).
 
     Returns:
         ``{"<metric>_<kind>": mean, "<metric>_<kind>_se": SE, "<metric>_<kind>_n": pairs}`` for metric in
@@ -923,6 +956,8 @@ def identity_references(instruments: Instruments, images: np.ndarray, patients: 
         first, second = tensor[index[:, 0]], tensor[index[:, 1]]
         for metric, values in (("fs_sift", lambda: fs_sift(first, second, reduction="none")),
                                ("fs_sr", lambda: fs_sr(instruments.keypoints, first, second, reduction="none"))):
+            if metric not in metrics:
+                continue
             scores = values() if len(index) else np.array([])
             references[f"{metric}_{kind}"], references[f"{metric}_{kind}_se"] = _mean_se(scores)
             references[f"{metric}_{kind}_n"] = int(np.isfinite(scores).sum())
@@ -1089,6 +1124,11 @@ class Outcome:
         references: :func:`identity_references` (the same-eye and different-eye FS levels).
         controls: The control channels (:func:`control_channels`): name -> flat S index.
         projector: :func:`projector_check` of the real images (empty without real images).
+        replicates: With ``JUDGE_SEEDS > 1``, one outcome per judge seed with that seed's ``instruments``,
+            ``sweep``, ``per_image`` and ``references``: the claims are decided on each and combined. The outcome
+            itself then holds the sweep and the instrument checks averaged over the seeds (``*_se`` with the seed
+            spread, ``*_seed_sd``; checks with ``seed_sd`` and ``seeds``) and the first seed's references. Empty
+            with one judge seed.
     """
 
     config: Any
@@ -1109,6 +1149,7 @@ class Outcome:
     references: dict = field(default_factory=dict)
     controls: dict = field(default_factory=dict)
     projector: dict = field(default_factory=dict)
+    replicates: list["Outcome"] = field(default_factory=list)
 
     def row(self, image_set: str, method: str, alpha: float) -> dict:
         """The sweep row of one image set, method and strength (empty dict when absent)."""
@@ -1157,6 +1198,10 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
                       + ("" if generator_config.is_phantom else f" at {generator_config.data_root}")}
     lap("generator")
     instruments = load_instruments(config, generator_config, progress)
+    # The judges (AMS's exudate U-Net, FS_SR's keypoint detector, the attacker, the DR classifier) JUDGE_SEEDS
+    # times with different seeds: every judged metric is measured with each, and the claims carry their spread.
+    judges = [instruments] + [load_instruments(config, generator_config, progress, replicate)
+                              for replicate in range(1, config.judge_seeds)]
     lap("instruments")
 
     # The instrument check, on the T score images against as many real training images.
@@ -1202,21 +1247,27 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
 
     # The instruments measured on this run's images: AMS's label on the originals, the projector, the FS levels of
     # two photographs of one eye.
-    checks = [{"instrument": "hard-exudate U-Net (AMS, the +lesion loss)", "measure": LESION_SHARE,
-               "value": lesion_label_share(instruments, generated.originals), "floor": config.lesion_min_share}]
+    checks = []
     if projector:
         checks += [{"instrument": f"projector ({config.projector_steps} steps, {projector['n']} real test images)",
                     "measure": PROJECTOR_PSNR, "value": projector["psnr"], "floor": config.projector_min_psnr},
                    {"instrument": f"projector ({config.projector_steps} steps, {projector['n']} real test images)",
                     "measure": PROJECTOR_VESSELS, "value": projector["vessel_ratio"],
                     "floor": config.min_vessel_ratio}]
-    instrument_checks = pd.concat([instruments.checks, pd.DataFrame(checks)], ignore_index=True)
-    references = identity_references(instruments, test_images, test_patients, config.reference_pairs,
-                                     derive_seed(config.seed, "identity-references"))
+    judged_checks = [pd.concat([judge.checks, pd.DataFrame(
+        [{"instrument": "hard-exudate U-Net (AMS, the +lesion loss)", "measure": LESION_SHARE,
+          "value": lesion_label_share(judge, generated.originals), "floor": config.lesion_min_share}] + checks)],
+        ignore_index=True) for judge in judges]
+    reference_seed = derive_seed(config.seed, "identity-references")
+    references = identity_references(instruments, test_images, test_patients, config.reference_pairs, reference_seed)
+    judged_references = [references] + [
+        {**references, **identity_references(judge, test_images, test_patients, config.reference_pairs,
+                                             reference_seed, metrics=("fs_sr",))} for judge in judges[1:]]
     controls = control_channels(ranking, derive_seed(config.seed, "control-channel"))
 
     real_features = fd_features(instruments, real_resampled)
-    rows, examples, per_image = [], {}, {}
+    rows, per_image = [[] for _ in judges], [{} for _ in judges]  # one sweep per judge seed
+    examples = {}
     strengths = config.strengths
     for edit_set in edit_sets:
         edits = edit_methods(generator, edit_set, top, several, statistics, baselines, strengths,
@@ -1225,36 +1276,44 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
             # The top channel's controls, at the comparison strength only (the claims' strength).
             edits.update(edit_controls(generator, edit_set, top, controls, statistics, config.table_alpha,
                                        config.match_images))
-        gallery = attack_gallery(instruments, edit_set, test_images, test_patients, query_rows)
+        galleries = [attack_gallery(judge, edit_set, test_images, test_patients, query_rows) for judge in judges]
         clusters = edit_set.patients if edit_set.patients is not None else np.arange(len(edit_set.originals))
 
-        def measured(first: torch.Tensor, second: torch.Tensor, *key) -> tuple[dict, dict]:
-            return measure(instruments, first, second, real_features, gallery, clusters, config.bootstrap,
-                           derive_seed(config.seed, "dr-bootstrap", edit_set.name, *key))
+        def record(row: dict, first: torch.Tensor | None, second: torch.Tensor | None, key: tuple | None,
+                   *seed_key) -> None:
+            """Append ``row`` to every judge seed's sweep, with the metrics of ``second`` against ``first`` (each
+            seed's judged metrics its own; the unjudged ones measured once); ``key`` files the per-image arrays."""
+            if first is None:
+                for sweep_rows in rows:
+                    sweep_rows.append(dict(row))
+                return
+            unjudged, unjudged_images = measure_unjudged(instruments, first, second, real_features)
+            seed = derive_seed(config.seed, "dr-bootstrap", edit_set.name, *seed_key)
+            for judge, gallery, sweep_rows, arrays in zip(judges, galleries, rows, per_image):
+                judged, judged_images = measure_judged(judge, first, second, gallery, clusters, config.bootstrap,
+                                                       seed)
+                sweep_rows.append({**row, **unjudged, **judged})
+                if key is not None:
+                    arrays[key] = {**unjudged_images, **judged_images}
 
         # alpha = 0: the unedited images (for real ones, the projection: what the inversion alone leaks)
-        baseline_row, per_image[(edit_set.name, "unedited", 0.0)] = measured(edit_set.originals, edit_set.originals,
-                                                                             "unedited")
-        rows.append({"image_set": edit_set.name, "method": "unedited", "alpha": 0.0, "step": 0.0, "change": 0.0,
-                     "error": "", **baseline_row})
+        record({"image_set": edit_set.name, "method": "unedited", "alpha": 0.0, "step": 0.0, "change": 0.0,
+                "error": ""}, edit_set.originals, edit_set.originals, (edit_set.name, "unedited", 0.0), "unedited")
         if edit_set.targets is not None:
-            target_row, _ = measured(edit_set.targets, edit_set.targets, "target")
-            rows.append({"image_set": edit_set.name, "method": "real image (not projected)", "alpha": 0.0,
-                         "step": 0.0, "change": 0.0, "error": "", **target_row})
+            record({"image_set": edit_set.name, "method": "real image (not projected)", "alpha": 0.0, "step": 0.0,
+                    "change": 0.0, "error": ""}, edit_set.targets, edit_set.targets, None, "target")
         for (method, alpha), edit in edits.items():
             row = {"image_set": edit_set.name, "method": method, "alpha": alpha, "step": edit["step"],
                    "change": edit["change"], "error": edit["error"]}
-            if edit["images"] is not None:
-                metrics, per_image[(edit_set.name, method, alpha)] = measured(edit_set.originals, edit["images"],
-                                                                              method, alpha)
-                row.update(metrics)
-            rows.append(row)
+            images = edit["images"]
+            record(row, None if images is None else edit_set.originals, images, (edit_set.name, method, alpha),
+                   method, alpha)
         examples[edit_set.name] = {"originals": edit_set.originals[:4].numpy(),
                                    "edits": {key: value["images"][:4].numpy() for key, value in edits.items()
                                              if value["images"] is not None}}
         if edit_set.targets is not None:
             examples[edit_set.name]["targets"] = edit_set.targets[:4].numpy()
-    sweep = pd.DataFrame(rows)
+    sweeps = [pd.DataFrame(sweep_rows) for sweep_rows in rows]
     lap("edits and metrics")
 
     shown = slice(0, 4)
@@ -1271,6 +1330,13 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     lap("figures")
     ablation, ablation_samples = loss_ablation(instruments, config, generator_config, progress)
     lap("ablation")
-    return Outcome(config, generator_config, generator_info, instrument_checks, vessels, scores, channels, speed,
-                   baselines, sweep, ablation, ablation_samples, samples, seconds, per_image, references, controls,
-                   projector)
+    views = [Outcome(config, generator_config, generator_info, checks_r, vessels, scores, channels, speed, baselines,
+                     sweep, ablation, ablation_samples, samples, seconds, arrays, references_r, controls, projector)
+             for checks_r, sweep, arrays, references_r in zip(judged_checks, sweeps, per_image, judged_references)]
+    if len(views) == 1:
+        return views[0]
+    # The outcome shown: the sweep and the instrument checks averaged over the judge seeds (SEs with the seed
+    # spread); the claims are decided on every seed's own view and combined.
+    return dataclasses.replace(
+        views[0], sweep=combine_replicate_tables(sweeps, ["image_set", "method", "alpha"]),
+        instruments=combine_replicate_tables(judged_checks, ["instrument", "measure"]), replicates=views)
