@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 pytestmark = pytest.mark.unit
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_stylegan.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_stylegan", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("bench_stylegan")
 
 
 def test_config_at_another_resolution(bench):

@@ -3,22 +3,14 @@ counts at one seed, and it refuses bad requests."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 pytestmark = pytest.mark.unit
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "instrument_spread.py"
-
 
 @pytest.fixture(scope="module")
-def spread():
-    spec = importlib.util.spec_from_file_location("instrument_spread", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def spread(load_benchmark):
+    return load_benchmark("instrument_spread")
 
 
 def test_summary_gives_the_seed_sd_and_the_largest_thread_change(spread):
