@@ -357,16 +357,23 @@ def _cmd_generators_train(args) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be > 0, got {value}")
     if args.eval_kimg is not None and args.eval_kimg < 0:
         raise UsageError(f"--eval-kimg must be >= 0 (0: no evaluation), got {args.eval_kimg}")
-    from anonpaper.experiments.generators.job import DEFAULT_EVAL_KIMG, run_job, training_job
+    from anonpaper.experiments.generators.job import run_job
 
-    job = training_job(args.kind, kimg=args.kimg, resolution=args.resolution, stylegan_config=args.stylegan_config,
-                       seed=args.seed, batch_size=args.batch, checkpoint_kimg=args.checkpoint_kimg,
-                       population_patients=args.population_patients, population_seed=args.population_seed,
-                       eval_kimg=DEFAULT_EVAL_KIMG if args.eval_kimg is None else args.eval_kimg,
-                       parameters=_options(args.param))
-    run_job(job, args.out, resume=args.resume, minutes=args.minutes, progress=not args.quiet, device=args.device,
-            batch_gpu=args.batch_gpu)  # prints what it did (on rank 0 under torchrun)
+    run_job(generators_train_job(args), args.out, resume=args.resume, minutes=args.minutes, progress=not args.quiet,
+            device=args.device, batch_gpu=args.batch_gpu)  # prints what it did (on rank 0 under torchrun)
     return 0
+
+
+def generators_train_job(args):
+    """The :class:`~anonpaper.experiments.generators.job.TrainingJob` that ``anonpaper generators train`` arguments
+    ask for (also how a shipped run's recorded command is checked to resume the same run)."""
+    from anonpaper.experiments.generators.job import DEFAULT_EVAL_KIMG, training_job
+
+    return training_job(args.kind, kimg=args.kimg, resolution=args.resolution, stylegan_config=args.stylegan_config,
+                        seed=args.seed, batch_size=args.batch, checkpoint_kimg=args.checkpoint_kimg,
+                        population_patients=args.population_patients, population_seed=args.population_seed,
+                        eval_kimg=DEFAULT_EVAL_KIMG if args.eval_kimg is None else args.eval_kimg,
+                        parameters=_options(args.param))
 
 
 def _cmd_generators_population(args) -> int:

@@ -16,7 +16,8 @@ its own time limit (a step that fails or runs out of time is recorded and the ne
 6. ``dry-run:NAME`` for every chapter: ``anonpaper run NAME --profile paper --dry-run``.
 7. ``generators:KIND`` for each kind (all three by default): ``anonpaper generators train KIND --minutes M --resume
    --out DIR`` with the time left split between the kinds, resuming the run shipped in ``weights/KIND.run`` when
-   there is one; the weights, provenance JSON and run folder are packed into ``generators-KIND.tar``.
+   there is one (with the options it was started with, from its ``run.json``; the rehearsal resumes none unless
+   ``--shipped`` is given); the weights, provenance JSON and run folder are packed into ``generators-KIND.tar``.
 
 The whole command never runs past ``--budget`` seconds (540 by default): each step's limit is the smaller of its
 own budget and what is left after the time kept for the generators (``--step-budget STEP SECONDS`` changes one).
@@ -308,14 +309,16 @@ def merge(out: Path, into: Path = ROOT) -> list[str]:
 
 
 def pack_generator(kind: str, work: Path, out: Path) -> list[str]:
-    """``generators-KIND.tar`` (uncompressed: the weights are already fp16) of KIND.pt, KIND.json and KIND.run/."""
+    """``generators-KIND.tar`` (uncompressed: the weights are already fp16) of KIND.pt, KIND.json and KIND.run/
+    without its ``samples/`` (a grid per evaluation; ``latest.png`` is the newest), as the run is committed."""
     members = [path for path in (work / f"{kind}.pt", work / f"{kind}.json", work / f"{kind}.run") if path.exists()]
     if not members:
         return []
     target = out / f"generators-{kind}.tar"
     with tarfile.open(target, "w") as tar:
         for path in members:
-            tar.add(path, arcname=path.name)
+            tar.add(path, arcname=path.name,
+                    filter=lambda info: None if Path(info.name).parts[1:2] == ("samples",) else info)
     return [target.name]
 
 
@@ -356,11 +359,28 @@ def _environment(python: str, device: str) -> dict:
         return {}
 
 
+def shipped_run_options(run_json: Path, kind: str) -> list[str]:
+    """The options of ``anonpaper generators train KIND`` that a shipped run was started with (its ``run.json``
+    ``command``), so that resuming it asks for the same run.
+
+    Raises:
+        ValueError: The file is not a run of ``kind`` (no such command in it).
+    """
+    try:
+        command = shlex.split(json.loads(run_json.read_text())["command"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{run_json}: no readable command of a generators run ({error})") from None
+    prefix = ["anonpaper", "generators", "train", kind]
+    if command[:4] != prefix:
+        raise ValueError(f"{run_json}: its command {' '.join(command[:4])!r} is not {' '.join(prefix)!r}")
+    return command[4:]
+
+
 class Check:
     """One run of the steps into ``out`` within ``budget`` seconds."""
 
     def __init__(self, out: Path, sizes: Sizes, rehearse: bool, budget: float, python: str,
-                 generator_kinds: tuple[str, ...], generator_args: tuple[str, ...], shipped: Path):
+                 generator_kinds: tuple[str, ...], generator_args: tuple[str, ...], shipped: Path | None):
         self.out, self.sizes, self.rehearse, self.budget, self.python = out, sizes, rehearse, budget, python
         self.generator_kinds, self.generator_args, self.shipped = generator_kinds, generator_args, shipped
         self.start = time.monotonic()
@@ -419,15 +439,22 @@ class Check:
         kind = step.generator_kind
         work = self.generators_work
         work.mkdir(parents=True, exist_ok=True)
-        shipped_run = self.shipped / f"{kind}.run"
-        if shipped_run.is_dir() and not (work / f"{kind}.run").exists():
+        shipped_run = self.shipped / f"{kind}.run" if self.shipped is not None else None
+        options = [*self.sizes.generator_args, *self.generator_args]
+        if shipped_run is not None and shipped_run.is_dir() and not (work / f"{kind}.run").exists():
             shutil.copytree(shipped_run, work / f"{kind}.run")
-            step.reason = f"resumed the shipped run {shipped_run}"
+            # The shipped run goes on as it was started (its config, resolution, batch, population): other options
+            # would make it another run, which the trainer refuses.
+            try:
+                options = shipped_run_options(work / f"{kind}.run" / "run.json", kind)
+            except ValueError as error:
+                step.command, step.reason = None, f"cannot resume the shipped run: {error}"
+                return
+            step.reason = f"resumed the shipped run {shipped_run} with its own options"
         # Leave a margin for the export and the pack: training stops at a checkpoint after about `minutes`.
         minutes = max(0.05, (limit - min(30.0, 0.25 * limit)) / 60)
         step.command = [self.python, "-c", CLI, "generators", "train", kind, "--minutes", f"{minutes:.2f}",
-                        "--resume", "--out", str(work), "--device", self.sizes.device, "--quiet",
-                        *self.sizes.generator_args, *self.generator_args]
+                        "--resume", "--out", str(work), "--device", self.sizes.device, "--quiet", *options]
 
     def run_step(self, index: int, step: Step) -> tuple[str, float, list[str], Path | None]:
         """Run one step within its limit: (status, seconds, files it wrote, its log)."""
@@ -504,8 +531,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-budget", nargs=2, action="append", default=[], metavar=("STEP", "SECONDS"),
                         help="another time budget for a step (dry-run: each chapter's; generators: the seconds "
                              "kept for them), e.g. --step-budget dry-run 30")
-    parser.add_argument("--shipped", type=Path, default=ROOT / "weights",
-                        help="folder of shipped runs (KIND.run) to resume (default weights/)")
+    parser.add_argument("--shipped", type=Path, default=None,
+                        help="folder of shipped runs (KIND.run) to resume (default: weights/; the rehearsal "
+                             "resumes none unless given, since the shipped runs are CPU-hours-sized)")
     args = parser.parse_args(argv)
     if not args.out:
         parser.error("give the output folder as an argument or in $OUT")
@@ -541,7 +569,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--step-budget: unknown step {name!r}; expected one of {sorted(budgets) + ['generators']}")
     sizes = dataclasses.replace(sizes, budgets=budgets, generators_reserve_s=reserve)
     return Check(out, sizes, args.rehearse, budget, sys.executable, tuple(args.generator_kinds),
-                 tuple(shlex.split(args.generator_args)), args.shipped.resolve()).run()
+                 tuple(shlex.split(args.generator_args)),
+                 args.shipped.resolve() if args.shipped else (None if args.rehearse else ROOT / "weights")).run()
 
 
 if __name__ == "__main__":

@@ -189,6 +189,19 @@ def test_time_limit_stops_at_a_checkpoint_and_resume_finishes_the_same_weights(t
     finished = jobs.run_job(tiny_job(), tmp_path / "limited", resume=True, progress=False, log=lambda _: None)
     assert sha256_of(finished.weights) == sha256_of(straight.weights)
     assert finished.train_seconds >= limited.train_seconds > 0
+    sessions = json.loads(finished.weights.with_suffix(".json").read_text())["sessions"]
+    assert [(item["from_kimg"], item["to_kimg"]) for item in sessions] == [(0.0, 0.016), (0.016, 0.032)]
+    assert all(item["torch_threads"] == torch.get_num_threads() and item["processes"] == 1 for item in sessions)
+    assert sessions[0]["train_seconds"] == pytest.approx(limited.train_seconds, abs=1e-3)
+
+
+def test_a_session_on_other_arithmetic_is_warned_about_and_recorded():
+    first = jobs.session_record("cpu", 1, 0.0)
+    assert jobs.arithmetic_change([], first) is None and jobs.arithmetic_change([first], dict(first)) is None
+    other = {**first, "torch_threads": first["torch_threads"] + 1, "cpu_capability": "AVX2", "started": "later"}
+    change = jobs.arithmetic_change([first], other)
+    assert "torch_threads" in change and "cpu_capability" in change and "bit-identical" in change
+    assert "started" not in change  # when and where from is not arithmetic
 
 
 def test_a_run_is_never_overwritten_or_resumed_as_another(tmp_path):
@@ -200,8 +213,15 @@ def test_a_run_is_never_overwritten_or_resumed_as_another(tmp_path):
     with pytest.raises(jobs.RunMismatch, match=r"population\.n_patients"):
         jobs.run_job(tiny_job(kimg=0.016, population_patients=4), tmp_path, resume=True, progress=False,
                      log=lambda _: None)
+    run_json = tmp_path / "fundus-sg2.run" / "run.json"
+    legacy = json.loads(run_json.read_text())
+    del legacy["sessions"]  # as written before sessions were recorded
+    run_json.write_text(json.dumps(legacy))
     longer = jobs.run_job(tiny_job(kimg=0.032), tmp_path, resume=True, progress=False, log=lambda _: None)
     assert longer.finished and longer.kimg == pytest.approx(0.032)  # a finished run trains on to a larger target
+    sessions = json.loads(run_json.read_text())["sessions"]
+    assert "not recorded" in sessions[0]["note"] and sessions[0]["to_kimg"] == pytest.approx(0.016)
+    assert sessions[1]["from_kimg"] == pytest.approx(0.016) and sessions[1]["to_kimg"] == pytest.approx(0.032)
     with pytest.raises(jobs.RunMismatch, match="past the target"):
         jobs.run_job(tiny_job(kimg=0.016), tmp_path, resume=True, progress=False, log=lambda _: None)
 
@@ -218,6 +238,8 @@ def test_evaluation_curve_and_provenance_reach_the_chapter(tmp_path):
     assert any(line.startswith("fundus-sg2 at 0.016 kimg: FD-vessel-unet") for line in lines)
     assert sorted(path.name for path in (outcome.run_dir / "samples").iterdir()) == ["step0000002.png",
                                                                                     "step0000004.png"]
+    latest = (outcome.run_dir / "latest.png").read_bytes()  # committed with the run; samples/ is not
+    assert latest == (outcome.run_dir / "samples" / "step0000004.png").read_bytes()
     record = json.loads(outcome.weights.with_suffix(".json").read_text())
     assert record["kimg"] == pytest.approx(0.032) and record["sha256"] == sha256_of(outcome.weights)
     assert record["data"]["dataset"] == "phantom-retina"

@@ -170,3 +170,42 @@ def test_bad_requests_are_refused(tmp_path):
         run = subprocess.run(["bash", str(SCRIPT), *arguments], capture_output=True, text=True, env=env, timeout=60)
         assert run.returncode == 2 and message in run.stderr, (arguments, run.stderr)
     assert not (tmp_path / "new").exists()
+
+
+def test_a_shipped_run_is_resumed_with_the_options_it_was_started_with(tmp_path, gpu_check):
+    shipped = tmp_path / "weights"
+    command = ("anonpaper generators train fundus-sg2 --kimg 500 --resolution 128 --stylegan-config sg2-cpu64 "
+               "--seed 0 --batch 8 --eval-kimg 5")
+    (shipped / "fundus-sg2.run").mkdir(parents=True)
+    (shipped / "fundus-sg2.run" / "run.json").write_text(json.dumps({"command": command}))
+    (shipped / "cxr-sg2.run").mkdir()
+    (shipped / "cxr-sg2.run" / "run.json").write_text(json.dumps({"command": "anonpaper generate cxr-sg2"}))
+    check = gpu_check.Check(tmp_path / "out", gpu_check.REHEARSAL, True, 240.0, sys.executable,
+                            ("fundus-sg2", "cxr-sg2"), ("--batch", "32"), shipped)
+    step = gpu_check.Step("generators:fundus-sg2", None, None, generator_kind="fundus-sg2")
+    check.prepare_generator(step, 120.0)
+    options = step.command[step.command.index("--quiet") + 1:]
+    assert options == command.split()[4:]  # neither the rehearsal's sizes nor --generator-args
+    assert (check.generators_work / "fundus-sg2.run" / "run.json").exists() and "shipped run" in step.reason
+    other = gpu_check.Step("generators:cxr-sg2", None, None, generator_kind="cxr-sg2")
+    check.prepare_generator(other, 120.0)
+    assert other.command is None and "not 'anonpaper generators train cxr-sg2'" in other.reason
+    fresh = gpu_check.Check(tmp_path / "out2", gpu_check.REHEARSAL, True, 240.0, sys.executable, ("cxr-sg2",), (),
+                            None)
+    step = gpu_check.Step("generators:cxr-sg2", None, None, generator_kind="cxr-sg2")
+    fresh.prepare_generator(step, 120.0)
+    assert "--population-patients" in step.command and not step.reason  # nothing shipped: the given sizes
+
+
+def test_a_packed_run_leaves_its_sample_grids_out(tmp_path, gpu_check):
+    run = tmp_path / "work" / "fundus-sg2.run"
+    (run / "samples").mkdir(parents=True)
+    for name in ("run.json", "checkpoint.pt", "latest.png", "samples/step0000625.png"):
+        (run / name).write_bytes(b"x")
+    (tmp_path / "work" / "fundus-sg2.pt").write_bytes(b"w")
+    (tmp_path / "out").mkdir()
+    assert gpu_check.pack_generator("fundus-sg2", tmp_path / "work", tmp_path / "out") == ["generators-fundus-sg2.tar"]
+    with tarfile.open(tmp_path / "out" / "generators-fundus-sg2.tar") as tar:
+        names = sorted(tar.getnames())
+    assert names == ["fundus-sg2.pt", "fundus-sg2.run", "fundus-sg2.run/checkpoint.pt", "fundus-sg2.run/latest.png",
+                     "fundus-sg2.run/run.json"]

@@ -24,6 +24,8 @@ def test_notebook_is_clean_and_parameterized(study):
     notebook = json.loads(study.notebook.read_text())
     code_cells = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
     assert not any(cell.get("outputs") for cell in code_cells), "source notebooks are stored without outputs"
+    ids = [cell.get("id") for cell in notebook["cells"]]
+    assert all(ids) and len(set(ids)) == len(ids), f"cell ids must be unique (nbformat 4.5): {ids}"
     tagged = [cell for cell in code_cells if "parameters" in cell.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
     defaults = study.notebook_parameters()

@@ -24,7 +24,11 @@ chapter's recipe (:func:`~anonpaper.experiments.generators.pipeline.training_con
   :func:`~anonpaper.experiments.generators.pipeline.load_shipped_generator`.
 
 The run folder ``<out>/<kind>.run/`` holds ``checkpoint.pt`` (the trainer's), ``run.json`` (what is trained, the
-curve and the training seconds so far) and ``samples/``; commit it beside unfinished weights to continue later.
+curve, the training seconds so far and one entry per session: commit, device, processor ISA and threads, the kimg it
+covered), ``samples/`` (a grid per evaluation, kept local) and ``latest.png`` (the newest grid); commit it, samples
+left out, beside unfinished weights to continue later. A session that computes differently from the last one
+(another ISA or thread count) is warned about, since the weights are bit-identical only per processor and thread
+count; the run continues.
 
 Under ``torchrun`` every process runs the job; the trainer splits each batch, rank 0 evaluates and writes, and
 the chunk boundaries are rank 0's (so a time limit cannot make the processes disagree).
@@ -52,7 +56,7 @@ from anonpaper.experiments.generators.pipeline import (PROJECT_ROOT, build_netwo
                                                        to_generator_size, training_config)
 from anonpaper.experiments.generators.weights import export_weights
 from anonpaper.models.stylegan import StyleGenerator
-from anonpaper.runtime import derive_seed
+from anonpaper.runtime import cpu_arithmetic, derive_seed, git_sha
 from anonpaper.train.checkpoint import load_checkpoint
 from anonpaper.train.distributed import broadcast_object, init_distributed, is_main_process
 from anonpaper.train.gan import train_gan
@@ -67,6 +71,7 @@ DRIVING_FIELDS = ("total_steps", "output_dir", "progress", "checkpoint_every", "
 # Chapter parameters that only shape the evaluation curve (a resumed run must keep them: one curve, one protocol).
 EVALUATION_FIELDS = ("eval_images", "segmenter_epochs", "classifier_backbone", "classifier_epochs", "retina_patients",
                      "cxr_patients", "vessel_data_root")
+LATEST_SAMPLES = "latest.png"  # a copy of the newest sample grid in the run folder
 REAL_SET = "real images of the chapter's cohort (patients outside the training population)"
 
 _clock = time.perf_counter  # replaced in tests to simulate a time limit
@@ -312,7 +317,7 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
     if minutes is not None and not minutes > 0:
         raise ValueError(f"minutes must be > 0 (or None for no limit), got {minutes!r}")
     start = _clock()
-    _, _, default_device = init_distributed()
+    _, world, default_device = init_distributed()
     main = is_main_process()
     say = log if main else (lambda _: None)
     device = device or job.config.device or default_device
@@ -345,6 +350,15 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
                         "protocols": {}, "train_seconds": 0.0, "command": job.command()}
     record["curve"] = [point for point in record["curve"] if point["step"] <= step]  # an older checkpoint put back
     record.update(target_kimg=job.kimg, command=job.command())
+    session = session_record(device, world, job.kimg_of(step))
+    if "sessions" not in record and step > 0:  # a run.json written before sessions were recorded
+        record["sessions"] = [{"from_kimg": 0.0, "to_kimg": job.kimg_of(step), "train_seconds": record["train_seconds"],
+                               "note": "not recorded: run.json from before sessions were recorded"}]
+    sessions = record.setdefault("sessions", [])
+    change = arithmetic_change(sessions, session)
+    if change:
+        say(f"{kind}: {change}")
+    sessions.append(session)
 
     side = config.image_size_of(kind)
     dataset = PopulationImages(population.images, side)
@@ -407,9 +421,13 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
         seconds_per_step = elapsed / (end - step)
         step = int(result.step)
         record["train_seconds"] += elapsed
+        session.update(to_kimg=job.kimg_of(step), train_seconds=round(session["train_seconds"] + elapsed, 3))
         if main:
             if eval_steps and (step % eval_steps == 0 or step == total):
                 evaluate_at(step, result.generator_ema)
+            grid = run_dir / "samples" / f"step{step:07d}.png"
+            if grid.exists():  # the newest grid, committed with the run (samples/ stays local: one per evaluation)
+                atomic_write_bytes(run_dir / LATEST_SAMPLES, grid.read_bytes())
             save_record()
         if bar is not None:
             rate = seconds_per_step * 1000 / config.batch_size
@@ -433,6 +451,37 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
         f"{outcome.train_seconds / 60:.1f} min of training; run folder {run_dir}"
         + (f"; weights {weights}" if weights else ""))
     return outcome
+
+
+# What makes two sessions' arithmetic alike: the same floats come out only for the same values of all of these.
+ARITHMETIC_FIELDS = ("device", "processes", "cpu_capability", "cpu_caps", "torch_threads", "torch")
+
+
+def session_record(device: Any, processes: int, from_kimg: float) -> dict[str, Any]:
+    """What one session of a run records in ``run.json["sessions"]`` (and the exported provenance): when it
+    started, the commit, the device, processes and CPU arithmetic (processor, kernel ISA, caps, threads), the
+    kimg it started from and reached, and its training seconds."""
+    return {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": git_sha(),
+            "device": str(device), "processes": int(processes), **cpu_arithmetic(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "from_kimg": from_kimg,
+            "to_kimg": from_kimg, "train_seconds": 0.0}
+
+
+def arithmetic_change(sessions: list[dict[str, Any]], session: dict[str, Any]) -> str | None:
+    """A warning when ``session`` computes differently from the run's last session (another processor ISA, thread
+    count, device, process count or torch): the run goes on, but its weights are then not bit-identical to an
+    uninterrupted run on either machine. None when nothing differs (or no earlier session recorded its arithmetic).
+    """
+    if not sessions or "torch_threads" not in sessions[-1]:
+        return None
+    last = sessions[-1]
+    differences = [f"{name} {last.get(name)!r} -> {session.get(name)!r}" for name in ARITHMETIC_FIELDS
+                   if last.get(name) != session.get(name)]
+    if not differences:
+        return None
+    return ("this session computes differently from the run's last one (" + ", ".join(differences) + "); the "
+            "run continues, but its weights will not be bit-identical to an uninterrupted run (both sessions are "
+            "recorded in run.json)")
 
 
 def _duration(seconds: float) -> str:
@@ -500,7 +549,8 @@ def export_run(job: TrainingJob, run_dir: Path, record: dict, population: Popula
                                                                                        KINDS[job.kind][1])},
         "population": record["identity"]["population"], "curve": curve, "protocols": record["protocols"],
         "evaluation": record["evaluation"], "training_seconds": round(seconds, 3),
-        "s_per_kimg": round(seconds / kimg, 3) if kimg else None, "command": job.command(),
+        "s_per_kimg": round(seconds / kimg, 3) if kimg else None, "sessions": record.get("sessions", []),
+        "command": job.command(),
         "chapter_parameters": job.config.parameters()}
     return export_weights(generator, directory, kind=job.kind, kimg=kimg, seed=job.config.seed, metrics=last,
                           data=population.provenance(), provenance=provenance)
@@ -514,6 +564,6 @@ def population_for(kind: str, *, resolution: int | None = None, patients: int | 
     return load_population(job.population, progress=progress)
 
 
-__all__ = ["DEFAULT_EVAL_KIMG", "JobOutcome", "PopulationImages", "RunMismatch", "TrainingJob", "curve_point",
-           "describe_point", "ema_generator", "export_run", "population_for", "run_directory", "run_job",
-           "training_job"]
+__all__ = ["DEFAULT_EVAL_KIMG", "JobOutcome", "PopulationImages", "RunMismatch", "TrainingJob", "arithmetic_change",
+           "curve_point", "describe_point", "ema_generator", "export_run", "population_for", "run_directory",
+           "run_job", "session_record", "training_job"]

@@ -126,6 +126,11 @@ _NAMED: dict[str, StyleGANConfig] = {
                                  channel_max=64, discriminator_channel_base=2048, discriminator_channel_max=64,
                                  sg3_num_layers=6, sg3_margin_size=6,
                                  description="SG3-T 64px, 6 layers, widths 32-64 (CPU smoke/quick)"),
+    # CPU-trainable 128 px fundus generator candidate: twice sg2-cpu64's feature maps at 64 and 128 px (32 at the
+    # output, where the vessels are drawn) for about twice its cost per kimg on a CPU.
+    "sg2-cpu128": StyleGANConfig(architecture="sg2", resolution=128, z_dim=64, w_dim=64, channel_base=4096,
+                                 channel_max=64, discriminator_channel_base=4096, discriminator_channel_max=64,
+                                 description="SG2 128px, widths 32-64 (CPU-trained fundus generator)"),
     # The papers' sizes.
     "sg2-paper256": StyleGANConfig(architecture="sg2", resolution=256, z_dim=512, w_dim=512, mapping_layers=8,
                                    channel_base=16384, channel_max=512, discriminator_channel_base=16384,

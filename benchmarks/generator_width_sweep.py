@@ -1,0 +1,152 @@
+"""Width sweep of a CPU-trained generator at equal wall time, judged by the vessel-tree check.
+
+Trains each StyleGAN config (``--configs``) as ``anonpaper generators train KIND`` does, for the same number of
+minutes and on one thread each, and tabulates every evaluation of each run up to the training seconds that all of
+them reached (equal wall time): FD and SWD of the cohort-trained U-Net's features, k-NN precision / recall, the
+vessel fraction and the vessel-tree statistics beside the real images', the label distance, and ``tree_distance``,
+the largest relative difference of the tree check's statistics (skeleton length per connected piece, junctions per
+image; the generators chapter's claim holds when it is within ``TREE_TOLERANCE`` beyond noise). The config whose
+last row within equal wall time has the smaller ``tree_distance`` is the one to train on.
+
+Rows go to ``benchmarks/results/generator_width_sweep.csv`` with the widths (feature maps at each resolution) and
+parameter counts of every config, the thread count, processor and commit.
+
+Usage:
+    python benchmarks/generator_width_sweep.py --configs sg2-cpu64 sg2-cpu128 --resolution 128 --minutes 33 \\
+        --out /tmp/sweep                                   # train both (start them side by side: --only NAME)
+    python benchmarks/generator_width_sweep.py --runs /tmp/sweep/sg2-cpu64/fundus-sg2.run \\
+        /tmp/sweep/sg2-cpu128/fundus-sg2.run               # tabulate finished or running run folders
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from anonpaper.experiments.generators.job import run_job, training_job
+from anonpaper.experiments.generators.pipeline import TREE_STATISTICS, relative_difference
+from anonpaper.models.stylegan import ResidualDiscriminator, StyleGANConfig, StyleGenerator
+
+RESULTS = Path(__file__).resolve().parent / "results" / "generator_width_sweep.csv"
+METRICS = ("FD-vessel-unet", "SWD", "precision", "recall", "vessel_fraction/generated", "vessel_fraction/real",
+           "vessel_skeleton/length_per_piece/generated", "vessel_skeleton/length_per_piece/real",
+           "vessel_skeleton/junctions_per_image/generated", "vessel_skeleton/junctions_per_image/real",
+           "vessel_skeleton/largest_piece/generated", "vessel_skeleton/largest_piece/real", "labels/distance")
+FIELDS = ["config", "resolution", "widths", "generator_params", "discriminator_params", "kimg", "train_seconds",
+          "s_per_kimg", *[name.replace("/", "_") for name in METRICS], "tree_distance", "equal_seconds", "threads",
+          "processor", "git_commit", "timestamp"]
+
+
+def widths(config: StyleGANConfig) -> str:
+    """Feature maps per resolution of the synthesis network, ``4:64 8:64 ... 128:16``."""
+    return " ".join(f"{2 ** level}:{min(config.channel_base // 2 ** level, config.channel_max)}"
+                    for level in range(2, config.log2_resolution + 1))
+
+
+def tree_distance(point: dict) -> float:
+    """The tree check's binding statistic: the largest |relative difference| of generated against real."""
+    values = [abs(relative_difference(point.get(f"vessel_skeleton/{name}/generated", math.nan),
+                                      point.get(f"vessel_skeleton/{name}/real", math.nan)))
+              for name in TREE_STATISTICS]
+    return max(values) if all(math.isfinite(value) for value in values) else math.nan
+
+
+def config_name(record: dict) -> str:
+    """The StyleGAN config's name, from the run's command (``--stylegan-config NAME``)."""
+    match = re.search(r"--stylegan-config (\S+)", record.get("command", ""))
+    if match is None:
+        raise ValueError("run.json has no --stylegan-config in its command; not a run of anonpaper generators train")
+    return match.group(1)
+
+
+def rows_of_runs(run_dirs: list[Path]) -> list[dict]:
+    """One row per evaluation of each run, up to the training seconds every run reached (equal wall time)."""
+    records = []
+    for run_dir in run_dirs:
+        path = run_dir / "run.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no run.json (expected an anonpaper generators train run folder)")
+        records.append(json.loads(path.read_text()))
+    equal = min(max(point["train_seconds"] for point in record["curve"]) for record in records)
+    rows = []
+    for record in records:
+        config = StyleGANConfig(**record["identity"]["stylegan_config"])
+        generator = StyleGenerator(config, seed=0)
+        discriminator = ResidualDiscriminator(config, seed=1)
+        for point in record["curve"]:
+            if point["train_seconds"] > equal + 1e-6:
+                continue
+            row = {"config": config_name(record), "resolution": config.resolution, "widths": widths(config),
+                   "generator_params": sum(p.numel() for p in generator.parameters()),
+                   "discriminator_params": sum(p.numel() for p in discriminator.parameters()),
+                   "kimg": point["kimg"], "train_seconds": round(point["train_seconds"], 1),
+                   "s_per_kimg": round(point["train_seconds"] / point["kimg"], 1) if point["kimg"] else "",
+                   "tree_distance": round(tree_distance(point), 4), "equal_seconds": round(equal, 1)}
+            row.update({name.replace("/", "_"): round(point[name], 4) for name in METRICS if name in point})
+            # The machine and commit of the session that trained to this point (blank: not recorded, a run.json from
+            # before sessions were recorded); the timestamp is the tabulation's.
+            session = next((item for item in record.get("sessions") or []
+                            if item["from_kimg"] <= point["kimg"] <= item["to_kimg"]), {})
+            row.update(threads=session.get("torch_threads", ""), processor=session.get("processor", ""),
+                       git_commit=session.get("commit", ""),
+                       timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=["sg2-cpu64", "sg2-cpu128"])
+    parser.add_argument("--kind", default="fundus-sg2")
+    parser.add_argument("--resolution", type=int, default=128)
+    parser.add_argument("--minutes", type=float, default=33.0, help="training minutes per config")
+    parser.add_argument("--eval-kimg", type=float, default=5.0)
+    parser.add_argument("--out", type=Path, default=None, help="folder of the runs (one sub-folder per config)")
+    parser.add_argument("--only", default=None, help="train this config only (to run the configs side by side)")
+    parser.add_argument("--runs", nargs="+", type=Path, default=None, help="tabulate these run folders, no training")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.runs is None:
+        if args.out is None:
+            parser.error("--out is needed to train (or --runs to tabulate existing run folders)")
+        torch.set_num_threads(1)  # one thread per run, so two runs share a 2-core machine without spin-waiting
+        run_dirs = []
+        for name in args.configs:
+            job = training_job(args.kind, kimg=1000, resolution=args.resolution, stylegan_config=name,
+                               eval_kimg=args.eval_kimg)
+            if args.only in (None, name):
+                run_job(job, args.out / name, minutes=args.minutes, resume=True)
+            run_dirs.append(args.out / name / f"{args.kind}.run")
+        if args.only is not None:
+            return 0
+    else:
+        run_dirs = args.runs
+    rows = rows_of_runs(run_dirs)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    new_file = not args.output.exists()
+    with args.output.open("a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        if new_file:
+            writer.writeheader()
+        writer.writerows(rows)
+    last = {}
+    for row in rows:
+        last[row["config"]] = row
+    for name, row in last.items():
+        print(f"{name} ({row['widths']}): {row['kimg']:g} kimg in {row['train_seconds']:.0f} s, tree distance "
+              f"{row['tree_distance']}, FD {row.get('FD-vessel-unet', '')}")
+    best = min(last.values(), key=lambda row: row["tree_distance"])
+    print(f"closest vessel trees at equal wall time ({best['equal_seconds']:.0f} s): {best['config']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

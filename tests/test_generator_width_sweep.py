@@ -1,0 +1,48 @@
+"""The width sweep's table: rows up to equal wall time, the tree check's binding statistic, the widths."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from anonpaper.models.stylegan import get_config
+
+
+def _run(folder, name, config, points):
+    run_dir = folder / name / "fundus-sg2.run"
+    run_dir.mkdir(parents=True)
+    curve = [{"step": index, "kimg": kimg, "train_seconds": seconds,
+              "vessel_skeleton/length_per_piece/generated": lpp, "vessel_skeleton/length_per_piece/real": 30.0,
+              "vessel_skeleton/junctions_per_image/generated": junctions,
+              "vessel_skeleton/junctions_per_image/real": 8.0, "FD-vessel-unet": 5.0}
+             for index, (kimg, seconds, lpp, junctions) in enumerate(points)]
+    record = {"identity": {"stylegan_config": config.to_dict()}, "curve": curve,
+              "command": f"anonpaper generators train fundus-sg2 --stylegan-config {name} --resolution 32",
+              "sessions": [{"from_kimg": 0.0, "to_kimg": points[-1][0], "torch_threads": 1, "processor": "cpu-x",
+                            "commit": "abc"}]}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    return run_dir
+
+
+def test_rows_stop_at_equal_wall_time_and_the_closer_tree_wins(tmp_path, load_benchmark, capsys):
+    sweep = load_benchmark("generator_width_sweep")
+    narrow = _run(tmp_path, "sg2-tiny", get_config("sg2-tiny"), [(0, 0, 15, 1), (5, 100, 24, 6), (10, 200, 27, 7)])
+    wide = _run(tmp_path, "sg2-cpu64", get_config("sg2-cpu64", resolution=32), [(0, 0, 15, 1), (2, 150, 12, 4)])
+    output = tmp_path / "sweep.csv"
+    assert sweep.main(["--runs", str(narrow), str(wide), "--output", str(output)]) == 0
+    rows = list(csv.DictReader(output.open()))
+    assert [(row["config"], float(row["kimg"])) for row in rows] == [("sg2-tiny", 0), ("sg2-tiny", 5),
+                                                                      ("sg2-cpu64", 0), ("sg2-cpu64", 2)]
+    # binding statistic: the larger of |24/30 - 1| = 0.2 and |6/8 - 1| = 0.25
+    assert float(rows[1]["tree_distance"]) == pytest.approx(0.25)
+    assert float(rows[3]["tree_distance"]) == pytest.approx(0.6)  # |12/30 - 1|
+    assert rows[0]["widths"] == "4:32 8:32 16:32 32:16" and rows[1]["threads"] == "1"
+    assert "closest vessel trees at equal wall time (150 s): sg2-tiny" in capsys.readouterr().out
+
+
+def test_a_folder_without_a_run_is_named(tmp_path, load_benchmark):
+    sweep = load_benchmark("generator_width_sweep")
+    with pytest.raises(FileNotFoundError, match="no run.json"):
+        sweep.main(["--runs", str(tmp_path), "--output", str(tmp_path / "out.csv")])

@@ -1,0 +1,65 @@
+"""What the project ships in ``weights/`` holds together: each weights file verifies against its JSON and draws
+images, each records the command that trains it again, and each unfinished run resumes as the same run with the
+command it recorded (so a change to a config, recipe or evaluation default that would make ``--resume`` refuse a
+committed run fails here first). Parametrized over what is shipped; nothing shipped, nothing to check."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+
+from anonpaper.cli import build_parser, generators_train_job
+from anonpaper.experiments.generators.pipeline import generate
+from anonpaper.experiments.generators.weights import read_weights
+from anonpaper.train.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.unit
+
+WEIGHTS = Path(__file__).resolve().parents[1] / "weights"
+SHIPPED = sorted(WEIGHTS.glob("*.pt"))
+RUNS = sorted(path for path in WEIGHTS.glob("*.run") if path.is_dir())
+
+
+def job_of(command: str):
+    """The training job a recorded ``anonpaper generators train ...`` command asks for."""
+    argv = shlex.split(command)
+    assert argv[:3] == ["anonpaper", "generators", "train"], command
+    return generators_train_job(build_parser().parse_args(argv[1:]))
+
+
+@pytest.mark.parametrize("weights", SHIPPED, ids=lambda path: path.name)
+def test_shipped_weights_verify_draw_images_and_name_the_command_that_trains_them(weights):
+    kind = weights.stem
+    generator, record = read_weights(weights, kind)  # SHA-256, format, kind, config against the state dict
+    config = generator.config
+    images = generate(generator, 2, seed=0)
+    assert images.shape == (2, config.image_channels, config.resolution, config.resolution)
+    assert torch.isfinite(images).all()
+    assert record["curve"] and record["curve"][-1]["kimg"] == pytest.approx(record["kimg"])
+    assert record["sessions"] and record["sessions"][-1]["to_kimg"] == pytest.approx(record["kimg"])
+    job = job_of(record["command"])
+    assert job.kimg == pytest.approx(record["kimg"])
+    assert job.config.stylegan_config(kind).to_dict() == record["stylegan_config"]
+    training = {name: value for name, value in record["training"].items() if name != "stylegan_config_name"}
+    assert json.loads(json.dumps(job.recipe())) == training
+    assert {**job.population.description(), "key": record["population"]["key"]} == record["population"]
+
+
+@pytest.mark.parametrize("run_dir", RUNS, ids=lambda path: path.name)
+def test_a_shipped_run_resumes_as_the_same_run_with_its_recorded_command(run_dir):
+    record = json.loads((run_dir / "run.json").read_text())
+    job = job_of(record["command"])
+    identity = json.loads(json.dumps(job.identity(record["identity"]["population"]["key"])))
+    assert identity == record["identity"]
+    assert json.loads(json.dumps(job.evaluation())) == record["evaluation"]
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    kimg = job.kimg_of(int(state["step"]))
+    assert record["sessions"][-1]["to_kimg"] == pytest.approx(kimg)
+    assert all(point["kimg"] <= kimg + 1e-9 for point in record["curve"])
+    assert sum(session["train_seconds"] for session in record["sessions"]) == pytest.approx(
+        record["train_seconds"], abs=1.0)
+    assert kimg < job.kimg or (WEIGHTS / f"{run_dir.stem}.pt").exists()  # finished runs have exported
