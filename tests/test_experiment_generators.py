@@ -67,18 +67,25 @@ def test_weights_of_another_config_or_channels_are_refused(tmp_path):
         chapter.load_weights(tmp_path, "fundus-sg2", config)
 
 
-def test_load_generator_uses_matching_weights_and_trains_on_refusal_only_when_asked(tmp_path):
+def test_load_generator_uses_matching_weights_and_trains_on_refusal_only_when_asked(tmp_path, capsys):
     config = tiny_config(tmp_path)
     expected = config.stylegan_config("cxr-sg2")
     chapter.export_weights(StyleGenerator(expected, seed=5), tmp_path / "weights", kind="cxr-sg2", kimg=7, seed=0)
     trained = chapter.load_generator("cxr-sg2", config, train=False, progress=False)
     assert trained.source == "weights" and trained.kimg == 7
-    wrong = tiny_config(tmp_path, cxr_sg2_config="sg2-cpu64")  # same kind, another architecture width
-    with pytest.raises(chapter.WeightsRefused, match="cxr-sg2.pt"):
-        chapter.load_generator("cxr-sg2", wrong, progress=False)
+    # Another profile's config (same kind, another width): the file is not used; nothing cached, so nothing to load.
+    wrong = tiny_config(tmp_path, cxr_sg2_config="sg2-cpu64")
     with pytest.raises(LookupError):
-        chapter.load_generator("cxr-sg2", tiny_config(tmp_path, cxr_sg2_config="sg2-cpu64",
-                                                      train_if_weights_refused=True), train=False, progress=False)
+        chapter.load_generator("cxr-sg2", wrong, train=False, progress=False)
+    assert "shipped weights not used, they hold another config" in capsys.readouterr().out
+    # A damaged file stops the chapter, unless asked to train instead.
+    weights = tmp_path / "weights" / "cxr-sg2.pt"
+    weights.write_bytes(weights.read_bytes()[:-16])
+    with pytest.raises(chapter.WeightsRefused, match="SHA-256"):
+        chapter.load_generator("cxr-sg2", config, train=False, progress=False)
+    with pytest.raises(LookupError):
+        chapter.load_generator("cxr-sg2", tiny_config(tmp_path, train_if_weights_refused=True), train=False,
+                               progress=False)
 
 
 # -- cache and resume -----------------------------------------------------------------------------------------------

@@ -17,10 +17,12 @@ from anonpaper.experiments.generators.labels import LabelClassifier, label_class
 from anonpaper.experiments.generators.pipeline import (DataCopyError, Outcome, TrainedGenerator, check_data, evaluate,
                                                        export_outcome, generate, generator_description, kind_cohort,
                                                        load_generator, load_shipped_generator, run, vessel_cohort)
-from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights, read_weights
+from anonpaper.experiments.generators.weights import (WeightsForAnotherConfig, WeightsRefused, export_weights,
+                                                      load_weights, read_weights)
 
-__all__ = ["Config", "DataCopyError", "KINDS", "LabelClassifier", "Outcome", "TrainedGenerator", "WeightsRefused",
-           "check_data", "evaluate", "evaluate_claims", "export_outcome", "export_weights", "generate",
+__all__ = ["Config", "DataCopyError", "KINDS", "LabelClassifier", "Outcome", "TrainedGenerator",
+           "WeightsForAnotherConfig", "WeightsRefused", "check_data", "evaluate", "evaluate_claims", "export_outcome",
+           "export_weights", "generate",
            "generator_description", "generators_table", "kind_cohort", "label_classifier", "labels_summary",
            "labels_table", "load_generator", "load_shipped_generator", "load_weights", "metrics_table", "plot_nearest",
            "plot_projections", "plot_samples", "plot_training", "plot_truncation", "protocols_table", "read_weights",

@@ -103,7 +103,8 @@ class Config(ChapterConfig):
     weights_dir: str | None = parameter("weights", "Folder of shipped generator weights (relative to the project "
                                                    "root; None: never use shipped weights).")
     train_if_weights_refused: bool = parameter(False, "Train instead of stopping when a shipped weights file is "
-                                                      "refused (corrupt, or another config).")
+                                                      "refused (corrupt, truncated or of another kind; a file "
+                                                      "of another config is not used: trained instead).")
     device: str | None = parameter(None, "Device: None picks CUDA when available, else 'cpu' or 'cuda:N'.")
 
     def __post_init__(self):

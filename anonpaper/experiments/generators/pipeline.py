@@ -30,7 +30,8 @@ import torch
 from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
 from anonpaper.experiments.generators.config import KINDS, PHANTOM_FUNDUS, Config
-from anonpaper.experiments.generators.weights import WeightsRefused, export_weights, load_weights, weights_paths
+from anonpaper.experiments.generators.weights import (WeightsForAnotherConfig, WeightsRefused, export_weights,
+                                                      load_weights, weights_paths)
 from anonpaper.metrics.distribution import (frechet_distance, kernel_inception_distance, knn_precision_recall,
                                             nearest_neighbours, swd)
 from anonpaper.metrics.identity import vessel_bifurcations
@@ -213,8 +214,9 @@ def load_generator(kind: str, config: Config | None = None, *, train: bool = Tru
         progress: Show training progress (kimg, s/kimg and ETA).
 
     Raises:
-        WeightsRefused: A shipped file for ``kind`` is corrupt or of another config, unless
-            ``config.train_if_weights_refused``.
+        WeightsRefused: A shipped file for ``kind`` is corrupt, truncated, unreadable or of another kind, unless
+            ``config.train_if_weights_refused``. A verified file of another config (another profile's generator)
+            is not used: that is printed, and the generator comes from the cache or training.
         LookupError: Nothing cached and ``train=False``.
     """
     config = config or Config()
@@ -223,6 +225,9 @@ def load_generator(kind: str, config: Config | None = None, *, train: bool = Tru
     expected = config.stylegan_config(kind)
     try:
         shipped = load_shipped_generator(kind, config)
+    except WeightsForAnotherConfig as error:  # shipped for another profile's config: this one is not shipped
+        print(f"shipped weights not used, they hold another config (cached or trained instead): {error}")
+        shipped = None
     except WeightsRefused as error:
         if not config.train_if_weights_refused:
             raise

@@ -33,6 +33,11 @@ class WeightsRefused(ValueError):
     """A shipped weights file that does not verify or does not match the requested generator."""
 
 
+class WeightsForAnotherConfig(WeightsRefused):
+    """A shipped weights file that verifies but holds another generator config (channels, resolution or widths)
+    than the one asked for: a chapter at another profile does not use it and trains (or loads) its own."""
+
+
 def weights_paths(directory: str | Path, kind: str) -> tuple[Path, Path]:
     """The weights file and its JSON description for generator ``kind`` in ``directory``."""
     directory = Path(directory)
@@ -149,14 +154,14 @@ def read_weights(weights: str | Path, kind: str, expected: StyleGANConfig | None
         except (TypeError, ValueError) as error:
             raise WeightsRefused(f"{description}: its StyleGAN config does not build ({error})") from error
     if found.get("image_channels") != expected.image_channels:
-        raise WeightsRefused(f"{weights}: {found.get('image_channels')} image channels, the chapter asks for "
+        raise WeightsForAnotherConfig(f"{weights}: {found.get('image_channels')} image channels, the chapter asks for "
                              f"{expected.image_channels}")
     if found.get("resolution") != expected.resolution:
-        raise WeightsRefused(f"{weights}: resolution {found.get('resolution')} px, the chapter asks for "
-                             f"{expected.resolution} px")
+        raise WeightsForAnotherConfig(f"{weights}: resolution {found.get('resolution')} px, the chapter asks for "
+                                      f"{expected.resolution} px")
     differences = _differences(expected.to_dict(), found)
     if differences:
-        raise WeightsRefused(f"{weights}: StyleGAN config does not match ({'; '.join(differences)})")
+        raise WeightsForAnotherConfig(f"{weights}: StyleGAN config does not match ({'; '.join(differences)})")
     try:
         payload = torch.load(weights, map_location="cpu", weights_only=True)
         generator = StyleGenerator(expected, seed=0)
