@@ -563,8 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after about this many minutes, rendering and evaluations included (at a "
                         "checkpoint; --resume continues)")
     p.add_argument("--resume", action="store_true",
-                   help="continue the run in OUT/KIND.run (also a committed one); without it an existing run is "
-                        "refused")
+                   help="continue the run in OUT/KIND.run (also a committed one), keeping the evaluation settings "
+                        "it recorded unless -p asks for others; without it an existing run is refused")
     p.add_argument("--out", default=None, help="folder of the weights and the run (default: the project's weights/)")
     p.add_argument("--resolution", type=int, default=None,
                    help="image side in px (default: the chapter's, 64 fundus / 32 chest X-ray)")

@@ -23,7 +23,8 @@ from anonpaper.models.stylegan import StyleGenerator, get_config
 
 pytestmark = pytest.mark.unit
 
-TINY = {"RETINA_PATIENTS": 8, "CXR_PATIENTS": 4, "SEGMENTER_EPOCHS": 1, "CLASSIFIER_EPOCHS": 1, "EVAL_IMAGES": 8}
+TINY = {"RETINA_PATIENTS": 8, "CXR_PATIENTS": 4, "SEGMENTER_EPOCHS": 1, "CLASSIFIER_BACKBONE": "small_cnn",
+        "CLASSIFIER_EPOCHS": 1, "EVAL_IMAGES": 8}
 
 
 @pytest.fixture(autouse=True)
@@ -32,9 +33,12 @@ def own_cache(tmp_path, monkeypatch):
 
 
 def tiny_job(kind: str = "fundus-sg2", eval_kimg: float = 0.0, **changes) -> jobs.TrainingJob:
-    """4 steps of 8 images at 32 px, a checkpoint every 2 steps, on a population of 3 patients."""
+    """4 steps of 8 images at 32 px (`sg2-tiny` for a StyleGAN2), a checkpoint every 2 steps, on a population of 3
+    patients."""
     options = dict(kimg=0.032, resolution=32, checkpoint_kimg=0.016, population_patients=3, eval_kimg=eval_kimg,
                    parameters=dict(TINY))
+    if kind == "cxr-sg2":  # the quick chest X-ray config is the shipped one, larger than this test needs
+        options["stylegan_config"] = "sg2-tiny"
     options.update(changes)
     return jobs.training_job(kind, **options)
 
@@ -226,6 +230,28 @@ def test_a_run_is_never_overwritten_or_resumed_as_another(tmp_path):
         jobs.run_job(tiny_job(kimg=0.016), tmp_path, resume=True, progress=False, log=lambda _: None)
 
 
+def test_a_resumed_run_keeps_its_evaluation_settings_unless_others_are_asked_for(tmp_path):
+    jobs.run_job(tiny_job(kimg=0.016), tmp_path, progress=False, log=lambda _: None)
+    run_json = tmp_path / "fundus-sg2.run" / "run.json"
+    recorded = json.loads(run_json.read_text())
+    assert "-p EVAL_IMAGES 8" in recorded["command"] and "-p CLASSIFIER_BACKBONE 'small_cnn'" in recorded["command"]
+    # A default changed since the run was recorded, and the command did not name the setting: the run keeps its own.
+    parameters = {name: value for name, value in TINY.items() if name != "EVAL_IMAGES"}
+    later = tiny_job(kimg=0.032, parameters={**parameters, "EVAL_IMAGES": 9})
+    later = jobs.TrainingJob(later.kind, later.config, later.population_patients, later.population_seed,
+                             later.eval_kimg, given=later.given - {"eval_images"})
+    lines = []
+    resumed = jobs.run_job(later, tmp_path, resume=True, progress=False, log=lines.append)
+    assert resumed.finished
+    assert any("EVAL_IMAGES: the run's 8 (default now 9)" in line for line in lines)
+    record = json.loads(run_json.read_text())
+    assert record["evaluation"] == recorded["evaluation"] and "-p EVAL_IMAGES 8" in record["command"]
+    # Asked for on purpose, another setting is another run.
+    with pytest.raises(jobs.RunMismatch, match=r"eval_images: asked 9, run has 8"):
+        jobs.run_job(tiny_job(kimg=0.048, parameters={**parameters, "EVAL_IMAGES": 9}), tmp_path, resume=True,
+                     progress=False, log=lambda _: None)
+
+
 def test_evaluation_curve_and_provenance_reach_the_chapter(tmp_path):
     lines = []
     outcome = jobs.run_job(tiny_job(eval_kimg=0.016), tmp_path, progress=False, log=lines.append)
@@ -327,6 +353,8 @@ def test_load_shipped_generator_without_weights_or_provenance_clashes(tmp_path, 
     assert chapter.load_shipped_generator("fundus-sg2", chapter.Config(image_size=32, weights_dir=None)) is None
     loaded = chapter.load_shipped_generator("fundus-sg2", config, weights_dir=path.parent)
     assert loaded.kimg == 1 and loaded.weights_file == str(path)
+    # The page names the file and the start of its verified hash (outside the project: the full path).
+    assert chapter.weights_label(loaded) == f"{path} (SHA-256 {sha256_of(path)[:12]}...)"
     with pytest.raises(TypeError, match="config_or_spec"):
         chapter.load_shipped_generator("fundus-sg2", {"resolution": 32})
     with pytest.raises(ValueError, match="clash"):

@@ -1,7 +1,7 @@
 """What the project ships in ``weights/`` holds together: each weights file verifies against its JSON and draws
 images, each records the command that trains it again, and each unfinished run resumes as the same run with the
-command it recorded (so a change to a config, recipe or evaluation default that would make ``--resume`` refuse a
-committed run fails here first). Parametrized over what is shipped; nothing shipped, nothing to check."""
+command it recorded (so a change to a config or recipe default that would make ``--resume`` refuse a committed run
+fails here first; a run keeps its own evaluation settings). Parametrized over what is shipped; nothing shipped, nothing to check."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_shipped_weights_verify_draw_images_and_name_the_command_that_trains_the
 @pytest.mark.parametrize("run_dir", RUNS, ids=lambda path: path.name)
 def test_a_shipped_run_resumes_as_the_same_run_with_its_recorded_command(run_dir):
     record = json.loads((run_dir / "run.json").read_text())
-    job = job_of(record["command"])
+    job, _ = job_of(record["command"]).keeping_evaluation(record["evaluation"])  # as --resume does
     identity = json.loads(json.dumps(job.identity(record["identity"]["population"]["key"])))
     assert identity == record["identity"]
     assert json.loads(json.dumps(job.evaluation())) == record["evaluation"]

@@ -8,7 +8,7 @@ The chapter ``notebooks/02_generators.ipynb`` imports this face.
 """
 
 from anonpaper.experiments.generators.analysis import (generators_table, labels_summary, labels_table, metrics_table,
-                                                       protocols_table)
+                                                       protocols_table, weights_label)
 from anonpaper.experiments.generators.claims import evaluate_claims
 from anonpaper.experiments.generators.config import KINDS, Config
 from anonpaper.experiments.generators.figures import (plot_nearest, plot_projections, plot_samples, plot_training,
@@ -26,4 +26,4 @@ __all__ = ["Config", "DataCopyError", "KINDS", "LabelClassifier", "Outcome", "Tr
            "generator_description", "generators_table", "kind_cohort", "label_classifier", "labels_summary",
            "labels_table", "load_generator", "load_shipped_generator", "load_weights", "metrics_table", "plot_nearest",
            "plot_projections", "plot_samples", "plot_training", "plot_truncation", "protocols_table", "read_weights",
-           "run", "vessel_cohort"]
+           "run", "vessel_cohort", "weights_label"]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
-from anonpaper.experiments.generators.pipeline import Outcome
+from anonpaper.experiments.generators.pipeline import PROJECT_ROOT, Outcome
 
 
 def metrics_table(outcome: Outcome) -> pd.DataFrame:
@@ -35,13 +37,26 @@ def describe_stylegan(config) -> str:
     return text + f", feature maps up to {config.channel_max} (channel base {config.channel_base})"
 
 
+def weights_label(trained) -> str:
+    """The shipped file a generator was loaded from, as the page names it: its path (relative to the project when
+    inside it) and the start of its verified SHA-256; "" for a generator trained or cached here."""
+    if not trained.weights_file:
+        return ""
+    path = Path(trained.weights_file)
+    shown = path.relative_to(PROJECT_ROOT) if path.is_relative_to(PROJECT_ROOT) else path
+    digest = (trained.provenance or {}).get("sha256", "")
+    return f"{shown} (SHA-256 {digest[:12]}...)" if digest else str(shown)
+
+
 def generators_table(outcome: Outcome) -> pd.DataFrame:
-    """Per generator: its StyleGAN architecture, where it came from, kimg, training seconds and s/kimg."""
+    """Per generator: its StyleGAN architecture, where it came from (and the shipped file, when loaded from one),
+    kimg, training seconds and s/kimg."""
     rows = []
     for kind, trained in outcome.generators.items():
         stylegan = trained.generator.config
         rows.append({"kind": kind, "config": describe_stylegan(stylegan), "resolution": stylegan.resolution,
-                     "channels": stylegan.image_channels, "source": trained.source, "kimg": trained.kimg,
+                     "channels": stylegan.image_channels, "source": trained.source,
+                     "weights_file": weights_label(trained), "kimg": trained.kimg,
                      "resumed_from_kimg": trained.resumed_from_kimg, "train_seconds": trained.seconds,
                      "s_per_kimg": trained.seconds_per_kimg})
     return pd.DataFrame(rows).set_index("kind")

@@ -95,6 +95,9 @@ class TrainingJob:
             :data:`anonpaper.data.population.DEFAULT_PATIENTS`).
         population_seed: The population's own seed.
         eval_kimg: Thousands of images between evaluations (0: no evaluation).
+        given: The chapter parameters (field names) set on purpose rather than left at their defaults: a resumed
+            run keeps its recorded evaluation settings where they were not given (the defaults may have changed
+            since), and refuses to change those given otherwise.
     """
 
     kind: str
@@ -102,6 +105,7 @@ class TrainingJob:
     population_patients: int | None = None
     population_seed: int = 0
     eval_kimg: float = DEFAULT_EVAL_KIMG
+    given: frozenset = frozenset()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -160,11 +164,30 @@ class TrainingJob:
                  f"--batch {config.batch_size}", f"--population-patients {self.population.n_patients}",
                  f"--population-seed {self.population_seed}", f"--eval-kimg {self.eval_kimg:g}",
                  f"--checkpoint-kimg {config.checkpoint_kimg:g}"]
-        defaults = Config()
-        for name in ("augment", *EVALUATION_FIELDS):
-            if getattr(config, name) != getattr(defaults, name):
-                parts.append(f"-p {name.upper()} {getattr(config, name)!r}")
+        if config.augment != Config().augment:
+            parts.append(f"-p AUGMENT {config.augment!r}")
+        # The evaluation is spelled out whole, so that the command gives the same curve whatever the defaults become.
+        parts += [f"-p {name.upper()} {getattr(config, name)!r}" for name in EVALUATION_FIELDS
+                  if getattr(config, name) is not None]
         return " ".join(parts)
+
+    def keeping_evaluation(self, recorded: dict[str, Any]) -> tuple[TrainingJob, list[str]]:
+        """This job with a run's ``recorded`` evaluation settings where they were not given on purpose.
+
+        A run's curve has one protocol, and a run recorded before a default changed must still resume with the
+        command it recorded. Settings that were given (:attr:`given`) are left as asked, for the run's check to
+        refuse.
+
+        Returns:
+            The job, and one ``"NAME: run's VALUE (default now VALUE)"`` line per setting kept from the run.
+        """
+        kept = {name: recorded[name] for name in EVALUATION_FIELDS
+                if name in recorded and name not in self.given and recorded[name] != getattr(self.config, name)}
+        if not kept:
+            return self, []
+        notes = [f"{name.upper()}: the run's {value!r} (default now {getattr(self.config, name)!r})"
+                 for name, value in kept.items()]
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, **kept)), notes
 
 
 def training_job(kind: str, *, kimg: float | None = None, resolution: int | None = None,
@@ -199,7 +222,8 @@ def training_job(kind: str, *, kimg: float | None = None, resolution: int | None
         if name in values:
             raise ValueError(f"{name.upper()} is given twice (as an option and as a parameter)")
         values[name] = value
-    return TrainingJob(kind, Config(**values), population_patients, population_seed, eval_kimg)
+    return TrainingJob(kind, Config(**values), population_patients, population_seed, eval_kimg,
+                       given=frozenset(values))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -327,6 +351,11 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
     identity = _jsonable(job.identity(population.key))
     evaluation = _jsonable(job.evaluation())
     record = _read_run(run_dir)
+    if record is not None and resume:
+        job, kept = job.keeping_evaluation(record.get("evaluation") or {})
+        if kept:
+            say(f"{kind}: the run keeps its evaluation settings: {'; '.join(kept)}")
+            config, evaluation = job.config, _jsonable(job.evaluation())
     if record is not None and not resume:
         raise RunMismatch(f"{run_dir} holds a run of {kind} already; pass --resume to continue it, or another --out "
                           f"(or delete the folder) to start again")

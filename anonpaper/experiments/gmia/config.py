@@ -38,18 +38,18 @@ class Config(ChapterConfig):
     lpips_epochs: int = parameter(10, "Epochs of the cohort-trained lung U-Net whose feature taps give the domain "
                                       "LPIPS (loss and metric; the paper: VGG LPIPS).")
     co_training_kimg: float = parameter(12.0, "Thousands of real images shown to the co-training of E, S and D "
-                                              "from scratch (quick: 20-60 CPU-s/kimg at 32 px on a shared 2-core "
-                                              "machine). History: quick first gave co-training 4 kimg, where it "
+                                              "from scratch (quick: about 60 s/kimg on one CPU thread at 64 px). "
+                                              "History: quick first gave co-training 4 kimg, where it "
                                               "lost to E-training (2 kimg against the 20 kimg generator); it was "
                                               "then raised to 12 kimg while E-training kept 2, which favoured "
                                               "co-training; E-training now gets the same budget (ENCODER_KIMG).")
     encoder_kimg: float = parameter(12.0, "Thousands of real images shown to E-training (E alone against the "
-                                          "frozen generator; about 7-25 CPU-s/kimg at 32 px): as many encoder "
-                                          "updates as co-training's, so Table 1 compares the schemes at a matched "
-                                          "budget (the claim is undecided when E-training gets fewer).")
+                                          "frozen generator; about 22 s/kimg on one CPU thread at 64 px): as many "
+                                          "encoder updates as co-training's, so Table 1 compares the schemes at a "
+                                          "matched budget (the claim is undecided when E-training gets fewer).")
     projection_batch_size: int = parameter(8, "Images per projection-training step (multiple of 4).")
     steps: int = parameter(50, "Adam steps of the latent optimisation per image (the paper: 1000; quick: about "
-                               "3-8 CPU-ms per image and step at 32 px).")
+                               "80 ms per image and step on one CPU thread at 64 px).")
     learning_rate: float = parameter(0.05, "Adam learning rate of the latent optimisation, betas (0, 0.99) (the "
                                            "paper: 0.01 over 1000 steps; at 0.01 the CPU profiles' 25 steps moved "
                                            "the identity cosine from about 0.5 to 0.1 only, so m = -0.5 and -0.7 "
