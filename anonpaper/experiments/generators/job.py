@@ -344,18 +344,18 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
     _, world, default_device = init_distributed()
     main = is_main_process()
     say = log if main else (lambda _: None)
-    device = device or job.config.device or default_device
-    kind, config = job.kind, job.config
+    kind = job.kind
     run_dir = run_directory(out_dir, kind)
-    population = load_population(job.population, progress=progress and main)
-    identity = _jsonable(job.identity(population.key))
-    evaluation = _jsonable(job.evaluation())
     record = _read_run(run_dir)
     if record is not None and resume:
         job, kept = job.keeping_evaluation(record.get("evaluation") or {})
         if kept:
             say(f"{kind}: the run keeps its evaluation settings: {'; '.join(kept)}")
-            config, evaluation = job.config, _jsonable(job.evaluation())
+    config = job.config
+    device = device or config.device or default_device
+    population = load_population(job.population, progress=progress and main)
+    identity = _jsonable(job.identity(population.key))
+    evaluation = _jsonable(job.evaluation())
     if record is not None and not resume:
         raise RunMismatch(f"{run_dir} holds a run of {kind} already; pass --resume to continue it, or another --out "
                           f"(or delete the folder) to start again")
