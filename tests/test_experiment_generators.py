@@ -319,3 +319,21 @@ def test_vessel_claim_reports_the_native_fraction_when_generators_are_smaller_th
     claims = chapter.evaluate_claims(_outcome({**GOOD, "vessel_fraction/real_native": 0.09}))
     (vessel,) = [claim for claim in claims if claim.id == "fundus-sg2-vessel-fraction"]
     assert vessel.ours["real_native"] == 0.09 and "against 0.0900 at 64 px" in vessel.reason
+
+
+def test_mask_figure_shows_each_image_above_its_mask_and_skips_kinds_without_masks():
+    import matplotlib.pyplot as plt
+
+    outcome = _outcome(GOOD, eval_images=8)
+    real_mask = np.zeros((3, 1, 32, 32), dtype=np.float32)
+    real_mask[:, :, 16, 2:30] = 1.0
+    outcome.samples["fundus-sg2"].update(generated=np.ones((8, 3, 32, 32)), real_mask=real_mask,
+                                         generated_mask=np.zeros((3, 1, 32, 32), dtype=np.float32))
+    outcome.samples["fundus-sg3t"] = {"real": np.zeros((8, 3, 32, 32))}  # an older outcome: no masks
+    figure = chapter.plot_masks(outcome)
+    axes = np.asarray(figure.axes).reshape(4, 3)  # real, its masks, generated, their masks; three columns
+    assert [axis.get_ylabel() for axis in axes[:, 0]] == ["fundus-sg2\nreal", "fundus-sg2\nreal vessel mask",
+                                                          "fundus-sg2\ngenerated", "fundus-sg2\ngenerated vessel mask"]
+    shown = axes[1, 0].get_images()[0].get_array()
+    assert shown.shape == (32, 32) and shown[16, 2:30].min() == 1.0 and shown.sum() == 28
+    plt.close(figure)

@@ -1,11 +1,12 @@
-"""Figures of the generators chapter: sample grids beside real images, nearest training images, truncation grids,
-projections, curves."""
+"""Figures of the generators chapter: sample grids beside real images, the U-Net masks the checks read, nearest
+training images, truncation grids, projections, curves."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
 
+from anonpaper.experiments.generators.config import KINDS
 from anonpaper.experiments.generators.pipeline import TRUNCATIONS, Outcome
 
 
@@ -55,6 +56,23 @@ def plot_nearest(outcome: Outcome):
                  (f"{kind}\nnearest training", samples["nearest_train"])]
     return _grid(rows, max(len(rows[0][1]), 1) if rows else 1,
                  "Each generated sample above its nearest training image (U-Net features)")
+
+
+def plot_masks(outcome: Outcome):
+    """Per generator: real images above the U-Net's masks of them (threshold 0.5), then generated images above
+    theirs: what the vessel (lung) fraction and the vessel-tree checks read. A vessel tree shows as few long
+    connected branches; a generator that draws strokes shows as many short pieces."""
+    rows = []
+    for kind, samples in outcome.samples.items():
+        if "generated_mask" not in samples:
+            continue
+        mask = outcome.segmenters[KINDS[kind][0]]["mask"]
+        rows += [(f"{kind}\nreal", samples["real"][:len(samples["real_mask"])]),
+                 (f"{kind}\nreal {mask} mask", samples["real_mask"]),
+                 (f"{kind}\ngenerated", samples["generated"][:len(samples["generated_mask"])]),
+                 (f"{kind}\ngenerated {mask} mask", samples["generated_mask"])]
+    return _grid(rows, max(len(rows[0][1]), 1) if rows else 1,
+                 "Real and generated images above the cohort U-Net's masks (threshold 0.5) that the checks read")
 
 
 def plot_truncation(outcome: Outcome):

@@ -363,7 +363,9 @@ class Outcome:
         metrics: One row per generator and metric: ``kind``, ``metric``, ``value``, ``protocol``.
         samples: kind -> dict of uint8-ready float arrays in [0, 1] (N, C, H, W): ``"generated"``, ``"real"``,
             ``"untrained"``, ``"truncation"`` (rows psi in ``TRUNCATIONS``), ``"projected_target"``,
-            ``"projected_w"``, ``"projected_wplus"``.
+            ``"projected_w"``, ``"projected_wplus"``, and ``"real_mask"`` / ``"generated_mask"`` (N, 1, S, S) in
+            {0, 1}: the U-Net's masks (threshold 0.5, at the cohort's side S) of the first real and generated
+            images, what the mask-fraction and vessel-tree checks read.
         segmenters: dataset -> {"mask", "val_dice", "check"} of the cohort-trained U-Nets.
         seconds: Wall seconds of :func:`run`.
         classifiers: dataset -> its cohort's
@@ -623,6 +625,7 @@ def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: 
 
 
 NEAREST_SHOWN = 8  # generated samples shown beside their nearest training image
+MASKS_SHOWN = 8  # real and generated images shown beside the U-Net masks the checks read
 
 
 def memorisation_rows(kind: str, config: Config, segmenter, mask_name: str, train: torch.Tensor,
@@ -706,6 +709,10 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
                "projected_target": held_out.numpy(),
                "nearest_generated": fake[:NEAREST_SHOWN].numpy(),
                "nearest_train": train_all[torch.as_tensor(nearest[:NEAREST_SHOWN])].numpy()}
+    for name, images in (("real", real), ("generated", fake)):
+        # What the mask-fraction and vessel-tree checks read: the U-Net's masks at its threshold, cohort side.
+        shown = to_cohort_size(images[:MASKS_SHOWN], config, kind)
+        samples[f"{name}_mask"] = (segment(segmenter, shown) >= 0.5)[:, None].astype(np.float32)
     if len(held_out):
         for space, label in (("w", "W"), ("w+", "W+")):
             result = project(generator, held_out * 2 - 1, space=space, num_steps=config.projector_steps,
