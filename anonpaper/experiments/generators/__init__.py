@@ -25,5 +25,5 @@ __all__ = ["Config", "DataCopyError", "KINDS", "LabelClassifier", "Outcome", "Tr
            "export_weights", "generate",
            "generator_description", "generators_table", "kind_cohort", "label_classifier", "labels_summary",
            "labels_table", "load_generator", "load_shipped_generator", "load_weights", "metrics_table", "plot_masks",
-           "plot_nearest", "plot_projections", "plot_samples", "plot_training", "plot_truncation", "protocols_table", "read_weights",
-           "run", "vessel_cohort", "weights_label"]
+           "plot_nearest", "plot_projections", "plot_samples", "plot_training", "plot_truncation", "protocols_table",
+           "read_weights", "run", "vessel_cohort", "weights_label"]
