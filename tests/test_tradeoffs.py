@@ -185,10 +185,18 @@ def test_method_against_blur_at_matched_privacy(utility, expected):
     assert check_record({"claims": [item.as_dict() for item in claims]}) == []
 
 
-def test_no_claim_where_the_method_never_reaches_blurs_privacy_and_constant_metrics_are_refused():
+def test_undecided_where_the_method_never_reaches_blurs_privacy_and_constant_metrics_are_refused():
     releases = {**ENDS, **BLUR, Setting("snow", "p", 0.3): {"linkage": (0.05, 0.02), "utility": (0.9, 0.05)}}
-    ids = [item.id for item in chapter.evaluate_claims(planted(releases))]
-    assert "fundus-snow-vs-blur-linkage" not in ids
+    claims = chapter.evaluate_claims(planted(releases))
+    unmatched = claim(claims, "fundus-snow-vs-blur-linkage")
+    # Blur's curve spans 0.3 (sigma 2) .. 1 (no change); Snow's 0.05 lies below it, so nothing is compared.
+    assert unmatched.verdict == "undecided" and unmatched.effect is None  # not measured
+    assert "blur's measured range [+0.3, +1]" in unmatched.reason and "Snow p=0.3 +0.05" in unmatched.reason
+    assert unmatched.ours["blur range"] == [pytest.approx(0.3), pytest.approx(1.0)]
+    assert check_record({"claims": [item.as_dict() for item in claims]}) == []
+    # Widening blur's sweep to the method's privacy turns the same release into a decided comparison.
+    wider = {**releases, Setting("blur", "sigma", 8.0): {"linkage": (0.0, 0.02), "utility": (0.1, 0.05)}}
+    assert claim(chapter.evaluate_claims(planted(wider)), "fundus-snow-vs-blur-linkage").verdict == "holds"
     flat = {setting: {**axes, "utility": (0.5, 0.05)} for setting, axes in
             {**BLUR, Setting("snow", "p", 0.3): {"linkage": (0.45, 0.05)}}.items()}
     flat_ends = {Setting("no change"): {"utility": (0.5, 0.05)}, Setting("constant"): {"utility": (0.5, 0.05)}}

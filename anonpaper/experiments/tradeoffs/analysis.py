@@ -129,6 +129,24 @@ def pareto_front(privacy: np.ndarray, utility: np.ndarray) -> np.ndarray:
     return front
 
 
+def _reference_curve(frame: pd.DataFrame, threat: str, reference: str) -> np.ndarray:
+    """(P, 4) the reference method's points with *no change* added, ordered by privacy: privacy advantage retained,
+    its SE, utility advantage retained, its SE (missing SEs read 0; points without both values are left out)."""
+    reference_rows = frame[(frame["method"] == reference) | (frame["method"] == NO_CHANGE)]
+    curve = reference_rows[[f"{threat}_ar", f"{threat}_ar_se", "utility_ar", "utility_ar_se"]].to_numpy(float)
+    curve = curve[np.all(np.isfinite(curve[:, [0, 2]]), axis=1)]
+    curve = curve[np.argsort(curve[:, 0], kind="stable")]
+    curve[:, [1, 3]] = np.nan_to_num(curve[:, [1, 3]])
+    return curve
+
+
+def reference_range(frame: pd.DataFrame, threat: str, reference: str = REFERENCE) -> tuple[float, float]:
+    """The privacy values for ``threat`` that :func:`matched_gains` can match: the lowest and highest of the
+    reference's curve (*no change* included), or NaNs when the curve has fewer than two points."""
+    curve = _reference_curve(frame, threat, reference)
+    return (float(curve[0, 0]), float(curve[-1, 0])) if len(curve) >= 2 else (float("nan"), float("nan"))
+
+
 def matched_gains(frame: pd.DataFrame, method: str, threat: str, reference: str = REFERENCE) -> pd.DataFrame:
     """Utility of ``method`` minus the reference method's at the same privacy value for ``threat``.
 
@@ -140,11 +158,7 @@ def matched_gains(frame: pd.DataFrame, method: str, threat: str, reference: str 
     Returns:
         One row per matched point: ``label``, ``privacy``, ``utility``, ``reference_utility``, ``gain``, ``se``.
     """
-    reference_rows = frame[(frame["method"] == reference) | (frame["method"] == NO_CHANGE)]
-    curve = reference_rows[[f"{threat}_ar", f"{threat}_ar_se", "utility_ar", "utility_ar_se"]].to_numpy(float)
-    curve = curve[np.all(np.isfinite(curve[:, [0, 2]]), axis=1)]
-    curve = curve[np.argsort(curve[:, 0], kind="stable")]
-    curve[:, [1, 3]] = np.nan_to_num(curve[:, [1, 3]])
+    curve = _reference_curve(frame, threat, reference)
     rows = []
     if len(curve) < 2:
         return pd.DataFrame(rows, columns=["label", "privacy", "utility", "reference_utility", "gain", "se"])

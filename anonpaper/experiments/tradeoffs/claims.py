@@ -11,7 +11,8 @@ Per modality:
   output) has SE 0 and counts as inside.
 - ``<modality>-<method>-vs-blur-<threat>`` (directional): the method keeps more utility than Gaussian blur at the
   privacy it reaches against that threat (:func:`anonpaper.experiments.tradeoffs.analysis.matched_gains`: the mean
-  gain over the method's knob values that fall inside blur's privacy range); only where at least one value does.
+  gain over the method's knob values that fall inside blur's privacy range). Where none does, the claim is
+  undecided and its reason gives blur's range and the method's values.
 
 The instruments are each axis's attack (or task model) on the originals, which must beat chance by
 ``ATTACKER_MIN_ADVANTAGE`` (``UTILITY_MIN_ADVANTAGE``): advantage retained divides by that margin. A comparison
@@ -26,7 +27,7 @@ import math
 
 from anonpaper.experiments.claims import DECISION_Z, Claim, Instrument, decide, varies
 from anonpaper.experiments.tradeoffs.analysis import (COMPARED_WITH_BLUR, REFERENCE, THREAT_LABELS, THREATS,
-                                                      instruments, matched_gains, points)
+                                                      instruments, matched_gains, points, reference_range)
 from anonpaper.experiments.tradeoffs.pipeline import CONSTANT, METHOD_LABELS, MODALITIES, NO_CHANGE, Outcome
 
 PAPER_COMPARISON = {
@@ -97,28 +98,39 @@ def _constant_removes(outcome: Outcome, modality: str) -> Claim:
                   n=int(row[f"{deciding}_n"]), min_n=config.min_attacked_patients, kind="phantom-check")
 
 
-def _versus_blur(outcome: Outcome, modality: str, method: str, threat: str) -> Claim | None:
+def _versus_blur(outcome: Outcome, modality: str, method: str, threat: str) -> Claim:
     config = outcome.config
     frame = points(outcome, modality)
     matched = matched_gains(frame, method, threat, REFERENCE)
-    if matched.empty:
-        return None
     checks = instruments(outcome, modality)
-    effect = float(matched["gain"].mean())
-    se = float(math.sqrt(float((matched["se"] ** 2).sum())) / len(matched))
     n = int(frame.loc[frame["method"] == method, "utility_n"].min())
-    ours = {"mean gain": effect, "se": se, "resolvable (2 SE)": DECISION_Z * se, "matched": matched["label"].tolist(),
-            "gains": [round(value, 4) for value in matched["gain"]]}
     name = METHOD_LABELS[method]
-    return decide(f"{modality}-{method}-vs-blur-{threat}",
-                  f"{name} keeps more {MODALITIES[modality]} utility than Gaussian blur at the same {threat} privacy",
-                  paper=PAPER_COMPARISON[method], ours=ours, rule="directional", effect=effect, se=se,
-                  quantity=f"{name} utility - blur utility at matched {threat} advantage retained (mean over "
-                           f"{len(matched)} matched setting{'s' if len(matched) > 1 else ''})",
+    common = dict(paper=PAPER_COMPARISON[method], rule="directional",
                   instruments=[_instrument(checks[threat]), _instrument(checks["utility"]),
                                varies(f"{threat} advantage retained", frame[f"{threat}_ar"]),
                                varies("utility advantage retained", frame["utility_ar"])],
-                  n=n, min_n=config.min_attacked_patients,
+                  n=n, min_n=config.min_attacked_patients)
+    claim_id = f"{modality}-{method}-vs-blur-{threat}"
+    statement = f"{name} keeps more {MODALITIES[modality]} utility than Gaussian blur at the same {threat} privacy"
+    if matched.empty:
+        # Said, not dropped: a reader looks for every method's comparison, and its absence has a measured cause.
+        low, high = reference_range(frame, threat, REFERENCE)
+        reached = frame.loc[frame["method"] == method, f"{threat}_ar"]
+        values = ", ".join(f"{label} {value:+.3g}" for label, value in reached.items())
+        ours = {"blur range": [low, high], f"{name} {threat} advantage retained": {
+            label: float(value) for label, value in reached.items()}}
+        return decide(claim_id, statement, ours=ours, quantity=f"{name} utility - blur utility at matched {threat} "
+                      "advantage retained", **common,
+                      note=f"no {name} setting reaches a {threat} advantage retained inside blur's measured range "
+                           f"[{low:+.3g}, {high:+.3g}] (no change included; {values}): blur matching it needs "
+                           "another sigma in BLUR_SIGMAS")
+    effect = float(matched["gain"].mean())
+    se = float(math.sqrt(float((matched["se"] ** 2).sum())) / len(matched))
+    ours = {"mean gain": effect, "se": se, "resolvable (2 SE)": DECISION_Z * se, "matched": matched["label"].tolist(),
+            "gains": [round(value, 4) for value in matched["gain"]]}
+    return decide(claim_id, statement, ours=ours, effect=effect, se=se,
+                  quantity=f"{name} utility - blur utility at matched {threat} advantage retained (mean over "
+                           f"{len(matched)} matched setting{'s' if len(matched) > 1 else ''})", **common,
                   note="the gains at the matched settings share the originals' reference, so their SEs are "
                        "combined as if independent (an approximation)")
 
@@ -134,8 +146,6 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
             if method not in methods:
                 continue
             for threat in THREATS:
-                claim = _versus_blur(outcome, modality, method, threat)
-                if claim is not None:
-                    claims.append(claim)
+                claims.append(_versus_blur(outcome, modality, method, threat))
     return claims
 

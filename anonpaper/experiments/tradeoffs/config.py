@@ -49,7 +49,12 @@ class Config(ChapterConfig):
     member_share: float = parameter(0.7, "Share of each cohort's patients whose images are released (the members); "
                                          "the others are never released by any method and are the membership "
                                          "attacker's non-members (a fixed split, the same for every method).")
-    blur_sigmas: tuple = parameter((0.5, 1.0, 2.0, 4.0), "Gaussian blur standard deviations (pixels).")
+    blur_sigmas: tuple = parameter((0.5, 1.0, 2.0, 4.0, 8.0, 16.0), "Gaussian blur standard deviations (pixels): "
+                                                                     "the reference curve of the claims, which "
+                                                                     "compare a method with blur only at privacy "
+                                                                     "inside blur's range, so the sweep runs from "
+                                                                     "barely visible to nearly the image's mean "
+                                                                     "colour.")
     pixelate_blocks: tuple = parameter((2, 4, 8), "Pixelation block sides (pixels).")
     noise_sigmas: tuple = parameter((0.05, 0.15, 0.4), "Gaussian noise standard deviations ([0, 1] intensity "
                                                         "units).")
