@@ -23,6 +23,7 @@ count, torch version and git commit.
 Usage:
     python benchmarks/bench_jacobian.py                                      # sg3t-tiny, sg3t-cpu64, 1 thread
     python benchmarks/bench_jacobian.py --configs sg3t-cpu64 --chunk-sizes 1 4 16 --paper-forward
+    python benchmarks/bench_jacobian.py --configs sg2-tiny@64 sg2-cpu64@128  # the vascular chapter's quick edits
     python benchmarks/bench_jacobian.py --device cuda --configs sg3t-paper256 --images 4 --chunk-sizes 16 64
 """
 
@@ -36,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from bench_stylegan import parse_config
 
 from anonpaper.methods.jacobian_edit import contribution_scores
 from anonpaper.models.stylegan import StyleGenerator, get_config
@@ -141,7 +144,7 @@ def main() -> None:
         if new_file:
             writer.writeheader()
         for name in args.configs:
-            generator = StyleGenerator(get_config(name), seed=0).eval().to(device)
+            generator = StyleGenerator(parse_config(name), seed=0).eval().to(device)
             for parameter in generator.parameters():
                 parameter.requires_grad_(False)
             forward, batch, jvp = 0.0, 0, {chunk: (0.0, 0.0, 0) for chunk in args.chunk_sizes}
