@@ -80,7 +80,8 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
                   "ssim_w_plus": round(outcome.value(kind, "projector_W+/SSIM"), 3),
                   "lpips_w_plus": round(outcome.value(kind, f"projector_W+/LPIPS-{mask}-unet"), 3)},
             rule="directional", effect=value - config.projector_psnr_target,
-            se=outcome.value(kind, "projector_W+/PSNR/se"), quantity=f"mean PSNR (W+) - {config.projector_psnr_target:g} dB",
+            se=outcome.value(kind, "projector_W+/PSNR/se"),
+            quantity=f"mean PSNR (W+) - {config.projector_psnr_target:g} dB",
             note=f"{config.projector_images} held-out images", n=config.projector_images,
             min_n=MIN_PROJECTOR_IMAGES, kind="phantom-check"))
     return claims

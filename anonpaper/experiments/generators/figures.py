@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from anonpaper.experiments.generators.config import KINDS
-from anonpaper.experiments.generators.pipeline import TRUNCATIONS, Outcome
+from anonpaper.experiments.generators.pipeline import MASK_THRESHOLD, TRUNCATIONS, Outcome
 
 
 def _show(axis, image: np.ndarray) -> None:
@@ -59,7 +59,7 @@ def plot_nearest(outcome: Outcome):
 
 
 def plot_masks(outcome: Outcome):
-    """Per generator: real images above the U-Net's masks of them (threshold 0.5), then generated images above
+    """Per generator: real images above the U-Net's masks of them (at ``MASK_THRESHOLD``), then generated images above
     theirs: what the vessel (lung) fraction and the vessel-tree checks read. A vessel tree shows as few long
     connected branches; a generator that draws strokes shows as many short pieces."""
     rows = []
@@ -72,7 +72,8 @@ def plot_masks(outcome: Outcome):
                  (f"{kind}\ngenerated", samples["generated"][:len(samples["generated_mask"])]),
                  (f"{kind}\ngenerated {mask} mask", samples["generated_mask"])]
     return _grid(rows, max(len(rows[0][1]), 1) if rows else 1,
-                 "Real and generated images above the cohort U-Net's masks (threshold 0.5) that the checks read")
+                 f"Real and generated images above the cohort U-Net's masks (threshold {MASK_THRESHOLD:g}) that the "
+                 "checks read")
 
 
 def plot_truncation(outcome: Outcome):

@@ -364,7 +364,7 @@ class Outcome:
         samples: kind -> dict of uint8-ready float arrays in [0, 1] (N, C, H, W): ``"generated"``, ``"real"``,
             ``"untrained"``, ``"truncation"`` (rows psi in ``TRUNCATIONS``), ``"projected_target"``,
             ``"projected_w"``, ``"projected_wplus"``, and ``"real_mask"`` / ``"generated_mask"`` (N, 1, S, S) in
-            {0, 1}: the U-Net's masks (threshold 0.5, at the cohort's side S) of the first real and generated
+            {0, 1}: the U-Net's masks (at ``MASK_THRESHOLD``, the cohort's side S) of the first real and generated
             images, what the mask-fraction and vessel-tree checks read.
         segmenters: dataset -> {"mask", "val_dice", "check"} of the cohort-trained U-Nets.
         seconds: Wall seconds of :func:`run`.
@@ -537,6 +537,11 @@ def evaluation_reals(kind: str, config: Config, train: torch.Tensor | None = Non
     return real_all[pick], pick
 
 
+# U-Net probability at which a pixel counts as vessel (lung): the mask-fraction and vessel-tree checks and the mask
+# figure all read masks at this one threshold.
+MASK_THRESHOLD = 0.5
+
+
 def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: torch.Tensor, fake: torch.Tensor,
                     labels=None, *, untrained: torch.Tensor | None = None, native: torch.Tensor | None = None,
                     real_set: str = "real training images") -> list[dict]:
@@ -590,10 +595,11 @@ def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: 
     add("recall", recall, pooled + "; k-NN manifold (k=3, Kynkaanniemi et al. 2019)")
     if side >= 16:
         add("SWD", swd(real, fake, seed=config.seed).value, "Laplacian-pyramid 7x7 descriptors, x1e3 (progressive GAN)")
-    masks = {name: segment(segmenter, at_cohort_size[name]) >= 0.5 for name in ("real", "generated")}
+    masks = {name: segment(segmenter, at_cohort_size[name]) >= MASK_THRESHOLD for name in ("real", "generated")}
     per_image = {name: mask.reshape(len(mask), -1).mean(1).astype(np.float64) for name, mask in masks.items()}
     for name, fractions in per_image.items():
-        add(f"{mask_name}_fraction/{name}", float(fractions.mean()), f"{mask_name} U-Net, threshold 0.5, all pixels")
+        add(f"{mask_name}_fraction/{name}", float(fractions.mean()),
+            f"{mask_name} U-Net, threshold {MASK_THRESHOLD:g}, all pixels")
         add(f"{mask_name}_fraction/{name}/se", float(fractions.std(ddof=1) / np.sqrt(len(fractions))),
             "SE of the mean over images")
     add(f"{mask_name}_fraction/relative_difference/se",
@@ -605,7 +611,8 @@ def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: 
         for name, rows_of_set in skeletons.items():
             for statistic, value in aggregate_skeletons(rows_of_set).items():
                 add(f"{mask_name}_skeleton/{statistic}/{name}", value,
-                    f"{mask_name} U-Net masks (threshold 0.5) skeletonised; {SKELETON_STATISTICS[statistic]}")
+                    f"{mask_name} U-Net masks (threshold {MASK_THRESHOLD:g}) skeletonised; "
+                    f"{SKELETON_STATISTICS[statistic]}")
         for statistic in TREE_STATISTICS:
             def relative(real_rows, fake_rows, statistic=statistic):
                 return relative_difference(aggregate_skeletons(fake_rows)[statistic],
@@ -615,7 +622,7 @@ def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: 
                 two_sample_bootstrap_se(skeletons["real"], skeletons["generated"], relative, resamples, seed),
                 bootstrap + "; (generated - real) / real")
     if native is not None:  # what resampling to the generator's size costs the instrument
-        add(f"{mask_name}_fraction/real_native", float((segment(segmenter, native) >= 0.5).mean()),
+        add(f"{mask_name}_fraction/real_native", float((segment(segmenter, native) >= MASK_THRESHOLD).mean()),
             f"{mask_name} U-Net on the same real images at the cohort's {cohort_side} px (not resampled)")
     if labels is not None:
         from anonpaper.experiments.generators.labels import label_rows
@@ -712,7 +719,7 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
     for name, images in (("real", real), ("generated", fake)):
         # What the mask-fraction and vessel-tree checks read: the U-Net's masks at its threshold, cohort side.
         shown = to_cohort_size(images[:MASKS_SHOWN], config, kind)
-        samples[f"{name}_mask"] = (segment(segmenter, shown) >= 0.5)[:, None].astype(np.float32)
+        samples[f"{name}_mask"] = (segment(segmenter, shown) >= MASK_THRESHOLD)[:, None].astype(np.float32)
     if len(held_out):
         for space, label in (("w", "W"), ("w+", "W+")):
             result = project(generator, held_out * 2 - 1, space=space, num_steps=config.projector_steps,
