@@ -241,8 +241,9 @@ def _module_file(name: str) -> Path | None:
 
 
 def _imported_modules(name: str, path: Path) -> set[str]:
-    """Package modules that module ``name`` (source ``path``) names in its import statements, with their parent
-    packages (importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` too)."""
+    """Package modules that module ``name`` (source ``path``) names in its import statements: for
+    ``from package import module`` the module only (the package's ``__init__`` is a parent, see
+    :func:`import_closure`), for ``from package import name`` the package."""
     import ast
 
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -255,15 +256,11 @@ def _imported_modules(name: str, path: Path) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([node.module] if node.module else []))
-            found.add(base)
-            # `from package import module` imports a module, not only a name.
-            found.update(f"{base}.{alias.name}" for alias in node.names if _module_file(f"{base}.{alias.name}"))
-    modules = set()
-    for module in found:
-        parts = module.split(".")
-        if parts[0] == PACKAGE_DIR.name:
-            modules.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
-    return modules
+            submodules = {f"{base}.{alias.name}" for alias in node.names if _module_file(f"{base}.{alias.name}")}
+            found.update(submodules)
+            if len(submodules) < len(node.names):  # some name comes from the package's __init__ itself
+                found.add(base)
+    return {module for module in found if module.split(".")[0] == PACKAGE_DIR.name}
 
 
 def import_closure(name: str) -> tuple[str, ...]:
@@ -271,7 +268,10 @@ def import_closure(name: str) -> tuple[str, ...]:
     source files, statically: imports inside functions count too, so the closure errs on the large side).
 
     An artifact cache keys what a module builds on the source of this closure: code the builder never reaches
-    (another chapter, an unrelated method) cannot change the artifact.
+    (another chapter, an unrelated method) cannot change the artifact. A package whose ``__init__`` only runs because
+    one of its submodules is imported (``import a.b.c`` runs ``a/b/__init__``) adds its ``__init__`` file but not
+    what that file imports: a chapter's face re-exports its figures and claims, which the chapter's builders never
+    call. Importing a name from the package itself (``from a.b import x``) follows the ``__init__``'s imports.
 
     Returns:
         Sorted dotted names of the modules that have a source file in this checkout.
@@ -280,19 +280,31 @@ def import_closure(name: str) -> tuple[str, ...]:
         >>> closure = import_closure("anonpaper.cache")
         >>> "anonpaper.runtime" in closure and "anonpaper.experiments" not in closure
         True
+        >>> closure = import_closure("anonpaper.experiments.generators.pipeline")
+        >>> "anonpaper.experiments.generators" in closure               # its __init__ runs
+        True
+        >>> "anonpaper.experiments.generators.figures" in closure       # what that __init__ re-exports does not count
+        False
     """
-    seen: set[str] = set()
-    parts = name.split(".")
-    pending = [".".join(parts[:end]) for end in range(1, len(parts) + 1)]  # importing a.b.c runs a, a.b too
+    followed: set[str] = set()
+    parents: set[str] = set()
+    pending = [name]
     while pending:
         module = pending.pop()
-        if module in seen:
+        if module in followed:
             continue
-        seen.add(module)
+        followed.add(module)
+        parents.update(_parent_packages(module))
         path = _module_file(module)
         if path is not None:
-            pending.extend(_imported_modules(module, path) - seen)
-    return tuple(sorted(module for module in seen if _module_file(module) is not None))
+            pending.extend(_imported_modules(module, path) - followed)
+    return tuple(sorted(module for module in followed | parents if _module_file(module) is not None))
+
+
+def _parent_packages(module: str) -> list[str]:
+    """``a.b.c`` -> ``["a", "a.b"]``: the packages whose ``__init__`` runs before ``module``."""
+    parts = module.split(".")
+    return [".".join(parts[:end]) for end in range(1, len(parts))]
 
 
 def module_files(names: Iterable[str]) -> tuple[str, ...]:

@@ -67,7 +67,8 @@ def test_cache_builds_once_then_loads(tmp_path):
 def test_cache_keys_follow_the_import_closure_of_the_builder(tmp_path, monkeypatch):
     # A fake package: editing another chapter, the runner or a method the builder never imports must not retrain
     # what the generators chapter cached (the GAN chapters load its generators); editing the trainer it imports
-    # (even through a package __init__) or the chapter itself must.
+    # (even through a package __init__) or the chapter itself must. A figure that a chapter's face re-exports keys
+    # only the builders that import names from that face, not those whose package __init__ merely runs.
     import anonpaper.runtime as runtime
 
     package = tmp_path / "anonpaper"
@@ -78,9 +79,11 @@ def test_cache_keys_follow_the_import_closure_of_the_builder(tmp_path, monkeypat
         "methods/__init__.py": "",
         "methods/edit.py": "from anonpaper.train import gan\n",
         "experiments/__init__.py": "",
-        "experiments/generators/__init__.py": "from .pipeline import run\n",
+        "experiments/generators/__init__.py": "from .pipeline import run\nfrom .figures import plot\n",
+        "experiments/generators/figures.py": "plot = 1\n",
         "experiments/generators/pipeline.py": "from anonpaper.train import train\n",
-        "experiments/vascular/__init__.py": "",
+        "experiments/vascular/__init__.py": "from .figures import plot\n",
+        "experiments/vascular/figures.py": "plot = 1\n",
         "experiments/vascular/pipeline.py": "from anonpaper.experiments.generators import run\nfrom ...methods import edit\n",
         "runner/__init__.py": "from anonpaper.experiments import vascular\n",
     }
@@ -90,13 +93,23 @@ def test_cache_keys_follow_the_import_closure_of_the_builder(tmp_path, monkeypat
     monkeypatch.setattr(runtime, "PACKAGE_DIR", package)
     assert runtime.import_closure("anonpaper.experiments.vascular.pipeline") == (
         "anonpaper", "anonpaper.experiments", "anonpaper.experiments.generators",
-        "anonpaper.experiments.generators.pipeline", "anonpaper.experiments.vascular",
+        "anonpaper.experiments.generators.figures", "anonpaper.experiments.generators.pipeline",
+        "anonpaper.experiments.vascular",
         "anonpaper.experiments.vascular.pipeline", "anonpaper.methods", "anonpaper.methods.edit", "anonpaper.train",
         "anonpaper.train.gan")
     generators = ArtifactCache("unit", root=tmp_path, owner="anonpaper.experiments.generators.pipeline")
     vascular = ArtifactCache("unit", root=tmp_path, owner="anonpaper.experiments.vascular.pipeline")
     keys = lambda: (generators.key({"a": 1}), vascular.key({"a": 1}))  # noqa: E731
+    assert "anonpaper.experiments.generators.figures" not in runtime.import_closure(
+        "anonpaper.experiments.generators.pipeline")
     before = keys()
+    (package / "experiments/vascular/figures.py").write_text("plot = 2\n")
+    assert keys() == before, "a figure the vascular face re-exports changed a builder's key"
+    (package / "experiments/generators/figures.py").write_text("plot = 2\n")
+    after = keys()
+    assert after[0] == before[0] and after[1] != before[1], \
+        "a generators figure keys the vascular builder (it imports the face), not the generators pipeline"
+    before = after
     for other in ("methods/edit.py", "runner/__init__.py"):
         (package / other).write_text("y = 2\n")
         after = keys()

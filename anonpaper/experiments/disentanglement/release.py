@@ -49,7 +49,7 @@ def identity_swap_releases(images: np.ndarray, modality: str, strengths: Sequenc
     """
     import torch
 
-    from anonpaper.experiments.disentanglement import Config
+    from anonpaper.experiments.disentanglement.config import Config
     from anonpaper.experiments.disentanglement.pipeline import load_data, train_network, train_vae
     from anonpaper.experiments.releases import check_number, square_images, to_uint8, to_unit
     from anonpaper.methods.disentangle import anonymise, new_identities

@@ -46,7 +46,7 @@ from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
 from anonpaper.data.phantoms.cxr import FINDINGS
 from anonpaper.experiments.claims import combine_replicate_tables
-from anonpaper.experiments.generators import load_generator
+from anonpaper.experiments.generators.pipeline import load_generator
 from anonpaper.experiments.gmia.config import Config
 from anonpaper.methods.baselines import blur_to_psnr, gaussian_blur, pixelate, pixelate_to_psnr
 from anonpaper.methods.gmia import LatentOptimizationSettings, anonymize

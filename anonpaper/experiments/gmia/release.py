@@ -47,7 +47,7 @@ def gmia_releases(images: np.ndarray, generator_config: Any, config: Any = None,
     Raises:
         ValueError: Images that are not square grayscale uint8, or a margin outside [-1, 1].
     """
-    from anonpaper.experiments.gmia import Config
+    from anonpaper.experiments.gmia.config import Config
     from anonpaper.experiments.gmia.pipeline import (REAL, anonymise_images, co_train_projection, load_data,
                                                      to_tensor, train_finding_classifier, train_identity_network,
                                                      train_lpips_network)

@@ -48,8 +48,8 @@ import torch
 import torch.nn.functional as F
 
 from anonpaper.data import load_cohort
-from anonpaper.experiments.generators import Config as GeneratorsConfig
-from anonpaper.experiments.generators import load_generator
+from anonpaper.experiments.generators.config import Config as GeneratorsConfig
+from anonpaper.experiments.generators.pipeline import load_generator
 from anonpaper.experiments.generators.pipeline import FEATURE_MASKS, load_images, unet_features
 from anonpaper.experiments.k_salsa.config import Config
 from anonpaper.methods.ksalsa import (cluster_members, k_salsa_synthesize, k_same_pixel_average,

@@ -62,8 +62,8 @@ def k_salsa_release(images: np.ndarray, patients: Sequence[Any], k_values: Seque
     """
     import torch
 
-    from anonpaper.experiments.generators import load_generator
-    from anonpaper.experiments.k_salsa import Config as KSalsaConfig
+    from anonpaper.experiments.generators.pipeline import load_generator
+    from anonpaper.experiments.k_salsa.config import Config as KSalsaConfig
     from anonpaper.experiments.releases import resize_square_images, square_images, to_uint8, to_unit
     from anonpaper.experiments.k_salsa.pipeline import feature_network, feature_taps, invert
     from anonpaper.methods.ksalsa import k_salsa_synthesize, same_size_clusters

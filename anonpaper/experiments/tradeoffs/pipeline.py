@@ -214,8 +214,8 @@ def ksalsa_releases(data: ModalityData, config: Config, generator_config: Any,
         ``({Setting: uint8 (M, H, W, 3)}, details)``; details hold the generator's source and kimg, the
         inversion's mean PSNR and the seconds.
     """
-    from anonpaper.experiments.generators import generator_description
-    from anonpaper.experiments.k_salsa import Config as KSalsaConfig
+    from anonpaper.experiments.generators.pipeline import generator_description
+    from anonpaper.experiments.k_salsa.config import Config as KSalsaConfig
     from anonpaper.experiments.k_salsa.release import k_salsa_release
 
     recipe = KSalsaConfig()

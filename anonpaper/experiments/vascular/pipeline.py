@@ -53,8 +53,8 @@ import torch.nn.functional as F
 from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
 from anonpaper.experiments.claims import combine_replicate_tables
-from anonpaper.experiments.generators import Config as GeneratorsConfig
-from anonpaper.experiments.generators import TrainedGenerator, load_generator
+from anonpaper.experiments.generators.config import Config as GeneratorsConfig
+from anonpaper.experiments.generators.pipeline import TrainedGenerator, load_generator
 from anonpaper.experiments.generators.config import PHANTOM_FUNDUS
 from anonpaper.experiments.generators.labels import label_classifier
 from anonpaper.experiments.generators.pipeline import (check_data, generate, kind_cohort, load_images, training_config,

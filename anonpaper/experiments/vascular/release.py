@@ -66,7 +66,7 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
     """
 
     from anonpaper.experiments.releases import check_number, square_images, to_uint8, to_unit
-    from anonpaper.experiments.vascular import Config
+    from anonpaper.experiments.vascular.config import Config
     from anonpaper.experiments.vascular.pipeline import (OURS, EditSet, edit_methods, find_baselines,
                                                          generators_config_for, load_fundus_generator, project_real,
                                                          render, sample_codes, segmenter_probability,
