@@ -16,8 +16,8 @@ its own time limit (a step that fails or runs out of time is recorded and the ne
 6. ``dry-run:NAME`` for every chapter: ``anonpaper run NAME --profile paper --dry-run``.
 7. ``generators:KIND`` for each kind (all three by default): ``anonpaper generators train KIND --minutes M --resume
    --out DIR`` with the time left split between the kinds, resuming the run shipped in ``weights/KIND.run`` when
-   there is one (with the options it was started with, from its ``run.json``; the rehearsal resumes none unless
-   ``--shipped`` is given); the weights, provenance JSON and run folder are packed into ``generators-KIND.tar``.
+   there is one (with the options it was started with, from its ``run.json``, and a ``--kimg`` of
+   ``--generator-args`` as its new target; the rehearsal resumes none unless ``--shipped`` is given); the weights, provenance JSON and run folder are packed into ``generators-KIND.tar``.
 
 The whole command never runs past ``--budget`` seconds (540 by default): each step's limit is the smaller of its
 own budget and what is left after the time kept for the generators (``--step-budget STEP SECONDS`` changes one).
@@ -376,6 +376,22 @@ def shipped_run_options(run_json: Path, kind: str) -> list[str]:
     return command[4:]
 
 
+def target_kimg_option(arguments: tuple[str, ...]) -> list[str]:
+    """The last ``--kimg K`` (or ``--kimg=K``) of ``arguments``, as ``["--kimg", "K"]``; ``[]`` without one.
+
+    Example:
+        >>> target_kimg_option(("--batch", "32", "--kimg", "400", "--kimg=500"))
+        ['--kimg', '500']
+    """
+    found: list[str] = []
+    for index, argument in enumerate(arguments):
+        if argument == "--kimg" and index + 1 < len(arguments):
+            found = ["--kimg", arguments[index + 1]]
+        elif argument.startswith("--kimg="):
+            found = ["--kimg", argument.split("=", 1)[1]]
+    return found
+
+
 class Check:
     """One run of the steps into ``out`` within ``budget`` seconds."""
 
@@ -450,7 +466,12 @@ class Check:
             except ValueError as error:
                 step.command, step.reason = None, f"cannot resume the shipped run: {error}"
                 return
-            step.reason = f"resumed the shipped run {shipped_run} with its own options"
+            # The target kimg is not part of what a run is, so a --kimg given here trains a shipped run on (one
+            # exported early, e.g. at 310 kimg, would otherwise have nothing left to do); the last one counts.
+            target = target_kimg_option(self.generator_args)
+            options += target
+            step.reason = (f"resumed the shipped run {shipped_run} with its own options"
+                           + (f" to {target[1]} kimg" if target else ""))
         # Leave a margin for the export and the pack: training stops at a checkpoint after about `minutes`.
         minutes = max(0.05, (limit - min(30.0, 0.25 * limit)) / 60)
         step.command = [self.python, "-c", CLI, "generators", "train", kind, "--minutes", f"{minutes:.2f}",
@@ -527,7 +548,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds for the whole command (default 540; rehearsal 240)")
     parser.add_argument("--generator-kinds", nargs="*", default=list(GENERATOR_KINDS))
     parser.add_argument("--generator-args", default="",
-                        help="more options for 'anonpaper generators train', one string (e.g. \"--batch 32\")")
+                        help="more options for 'anonpaper generators train', one string (e.g. \"--batch 32\"); a "
+                             "shipped run takes only their --kimg (its new target), keeping its own options")
     parser.add_argument("--step-budget", nargs=2, action="append", default=[], metavar=("STEP", "SECONDS"),
                         help="another time budget for a step (dry-run: each chapter's; generators: the seconds "
                              "kept for them), e.g. --step-budget dry-run 30")
