@@ -37,6 +37,7 @@ def test_quick_defaults_are_valid_and_strengths_include_the_table_alpha():
     ({"table_alpha": 0.0}, "TABLE_ALPHA"),
     ({"several_channels": 1}, "SEVERAL_CHANNELS"),
     ({"score_images": 0}, "SCORE_IMAGES"),
+    ({"score_image_batch": 0}, "SCORE_IMAGE_BATCH"),
     ({"min_vessel_ratio": 0.0}, "MIN_VESSEL_RATIO"),
     ({"ablation_kimg": -1.0}, "ABLATION_KIMG"),
     ({"attacker_backbone": "vgg"}, "ATTACKER_BACKBONE"),

@@ -400,7 +400,7 @@ def render(generator: StyleGenerator, codes: StyleCodes, batch_size: int = 64) -
 
 
 def score_channels(generator: StyleGenerator, codes: StyleCodes, masks: torch.Tensor,
-                   chunk_size: int) -> tuple[ChannelScores, dict]:
+                   chunk_size: int, image_batch_size: int | None = None) -> tuple[ChannelScores, dict]:
     """Contribution scores of every S channel (Eq. 8-10) and the speed of their JVPs against plain forwards.
 
     Returns:
@@ -409,7 +409,8 @@ def score_channels(generator: StyleGenerator, codes: StyleCodes, masks: torch.Te
         ``T`` and ``K``.
     """
     started = time.perf_counter()
-    scores = contribution_scores(generator, codes, masks, chunk_size=chunk_size, progress=False)
+    scores = contribution_scores(generator, codes, masks, chunk_size=chunk_size, image_batch_size=image_batch_size,
+                                 progress=False)
     seconds = time.perf_counter() - started
     started = time.perf_counter()
     repeats = 3
@@ -1219,7 +1220,8 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     vessels["T"] = config.score_images
     lap("instrument check")
 
-    scores, speed = score_channels(generator, codes_scored, masks_scored, config.chunk_size)
+    scores, speed = score_channels(generator, codes_scored, masks_scored, config.chunk_size,
+                                   config.score_image_batch)
     channels = score_table(scores)
     ranking = scores.ranking.tolist()
     top, several = ranking[:1], ranking[:config.several_channels]

@@ -104,7 +104,7 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
                                                   render(generator, codes_scored)), resolution,
                             max(real_fraction, 0.02))
     top = contribution_scores(generator, codes_scored, masks, chunk_size=config.chunk_size,
-                              progress=False).ranking[:1].tolist()
+                              image_batch_size=config.score_image_batch, progress=False).ranking[:1].tolist()
     statistics = style_statistics(generator, num_samples=1000, seed=derive_seed(config.seed, "style-statistics"))
     baselines = None
     if set(methods) - {OURS}:
