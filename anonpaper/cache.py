@@ -5,8 +5,9 @@ the source of the code that can change it), so a change to any of them trains af
 closure of the module that opens the cache (:func:`anonpaper.runtime.import_closure`): editing one chapter never
 retrains what another chapter cached (the GAN chapters share the generators chapter's generators), nor does editing
 a chapter's figures or claims retrain its networks (a package ``__init__`` that only runs, as a parent, adds its own
-file but not what it re-exports), while editing a trainer retrains everything it trained. Writes are atomic (temporary file then
-``os.replace``), so an interrupted run never leaves a half-written artifact that a later run would trust.
+file but not what it re-exports), while editing a trainer retrains everything it trained. Writes are atomic
+(temporary file then ``os.replace``), so an interrupted run never leaves a half-written artifact that a later run
+would trust.
 
 Example:
     >>> import tempfile, os

@@ -17,7 +17,8 @@ its own time limit (a step that fails or runs out of time is recorded and the ne
 7. ``generators:KIND`` for each kind (all three by default): ``anonpaper generators train KIND --minutes M --resume
    --out DIR`` with the time left split between the kinds, resuming the run shipped in ``weights/KIND.run`` when
    there is one (with the options it was started with, from its ``run.json``, and a ``--kimg`` of
-   ``--generator-args`` as its new target; the rehearsal resumes none unless ``--shipped`` is given); the weights, provenance JSON and run folder are packed into ``generators-KIND.tar``.
+   ``--generator-args`` as its new target; the rehearsal resumes none unless ``--shipped`` is given); the weights,
+   provenance JSON and run folder are packed into ``generators-KIND.tar``.
 
 The whole command never runs past ``--budget`` seconds (540 by default): each step's limit is the smaller of its
 own budget and what is left after the time kept for the generators (``--step-budget STEP SECONDS`` changes one).
