@@ -196,6 +196,9 @@ def test_stylespace_overlap_matches_a_finite_difference_reference():
             top = np.argsort(-pooled[n], kind="stable")[:count]
             assert result.per_image[n, j].item() == pytest.approx(region[n][top].mean())
     assert ((result.scores >= 0) & (result.scores <= 1)).all()
+    one_at_a_time = stylespace_channels(generator, codes, masks, channels=chosen, pooled_size=16, chunk_size=2,
+                                        image_batch_size=1, progress=False)  # the vascular chapter's CPU grouping
+    torch.testing.assert_close(one_at_a_time.per_image, result.per_image, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="pooled_size"):
         stylespace_channels(generator, codes, masks, pooled_size=5, progress=False)
 

@@ -39,8 +39,8 @@ class Config(ChapterConfig):
                                       "T = 1000).")
     chunk_size: int = parameter(8, "S channels per vectorised forward-mode JVP (speed only; the scores do not "
                                    "depend on it).")
-    score_image_batch: int | None = parameter(1, "Images per group of those JVPs (None: all SCORE_IMAGES at once; "
-                                                 "speed only). On one CPU thread the 128 px fundus StyleGAN2 scored "
+    score_image_batch: int | None = parameter(1, "Images per group of those JVPs, and of StyleSpace's (None: all "
+                                                 "images at once; speed only). On one CPU thread the 128 px fundus StyleGAN2 scored "
                                                  "95 channel-images/s one image at a time, 60 four at a time and "
                                                  "50 sixteen at once.")
     grid_channels: int = parameter(4, "Top channels listed and shown edited (paper Figs. 5 and 9).")

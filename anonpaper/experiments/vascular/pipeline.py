@@ -516,16 +516,18 @@ def _gram_matrices(generator: StyleGenerator, ws: torch.Tensor, layers: tuple[in
 
 
 def find_baselines(generator: StyleGenerator, ws: torch.Tensor, codes: StyleCodes, masks: torch.Tensor,
-                   chunk_size: int) -> Baselines:
+                   chunk_size: int, image_batch_size: int | None = None) -> Baselines:
     """StyleSpace's channel and LowRankGAN's / ReSeFa's directions for the vessel region of ``T`` generated images.
 
     Args:
         ws: ``(T, num_ws, w_dim)``; ``codes``: their S codes; ``masks``: ``(T, R, R)`` vessel masks.
+        chunk_size, image_batch_size: Channels and images per group of StyleSpace's S-channel JVPs (speed only),
+            as for the contribution scores (:func:`score_channels`).
     """
     resolution = generator.resolution
     pooled = min(32, resolution)
     stylespace = stylespace_channels(generator, codes, masks, pooled_size=pooled, chunk_size=chunk_size,
-                                     progress=False)
+                                     image_batch_size=image_batch_size, progress=False)
     layers = middle_layers(generator.num_ws)
     errors: dict[str, str] = {}
     lowrank = resefa = None
@@ -1230,7 +1232,7 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
 
     base_rows = slice(0, min(config.baseline_images, config.score_images))
     baselines = find_baselines(generator, ws_scored[base_rows], codes_scored.select(base_rows),
-                               masks_scored[base_rows], config.chunk_size)
+                               masks_scored[base_rows], config.chunk_size, config.score_image_batch)
     lap("baselines")
 
     # Edit sets: fresh generated images, and real held-out images inverted into W+.

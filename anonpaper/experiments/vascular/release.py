@@ -110,7 +110,7 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
     if set(methods) - {OURS}:
         rows = slice(0, min(config.baseline_images, config.score_images))
         baselines = find_baselines(generator, ws_scored[rows], codes_scored.select(rows), masks[rows],
-                                   config.chunk_size)
+                                   config.chunk_size, config.score_image_batch)
 
     log(f"vessel edit: projecting {len(images)} images into W+ ({config.projector_steps} steps each)")
     ws, codes, reconstruction = project_real(generator, targets, config.projector_steps,
