@@ -19,8 +19,10 @@ pytestmark = pytest.mark.unit
 
 
 def tiny_config(tmp_path=None, **changes) -> chapter.Config:
-    """Smoke-sized chapter config: 32 px `sg2-tiny` chest X-rays (not quick's shipped 64 px generator), a small_cnn."""
-    values = dict(image_size=32, cxr_image_size=32, cxr_sg2_config="sg2-tiny", classifier_backbone="small_cnn",
+    """Smoke-sized chapter config: 32 px `sg2-tiny` fundus and chest X-ray generators (not quick's shipped ones), a
+    small_cnn."""
+    values = dict(image_size=32, cxr_image_size=32, fundus_sg2_config="sg2-tiny", cxr_sg2_config="sg2-tiny",
+                  classifier_backbone="small_cnn",
                   retina_patients=8, cxr_patients=4, fundus_sg3t_kimg=0.032, fundus_sg2_kimg=0.032,
                   cxr_sg2_kimg=0.032, checkpoint_kimg=0.016, eval_images=8, min_eval_images=8, projector_images=1,
                   projector_steps=2, segmenter_epochs=1, weights_dir=str(tmp_path / "weights") if tmp_path else None)

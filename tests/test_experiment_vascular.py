@@ -417,6 +417,32 @@ def test_ablation_loss_is_a_differentiable_weighted_tap_distance():
     assert fake.grad is not None and not any(p.grad is not None for p in network.parameters())
 
 
+def test_the_ablation_variants_continue_the_edited_generators_checkpoint_without_writing_it(tmp_path, monkeypatch):
+    from anonpaper.cache import file_sha256
+    from anonpaper.experiments.generators import Config as GeneratorsConfig
+    from anonpaper.experiments.generators.pipeline import load_generator, trainer_checkpoint
+
+    monkeypatch.setenv("ANONPAPER_CACHE", str(tmp_path))
+    generator_config = GeneratorsConfig(image_size=32, fundus_sg2_config="sg2-tiny", retina_patients=8,
+                                        fundus_sg2_kimg=0.032, checkpoint_kimg=0.016, weights_dir=None)
+    trained = load_generator("fundus-sg2", generator_config, progress=False)
+    checkpoint = trainer_checkpoint(trained)
+    assert checkpoint is not None and checkpoint.is_file()
+    assert trainer_checkpoint(pipeline.dataclasses.replace(trained, kimg=trained.kimg + 1)) is None
+    digest = file_sha256(checkpoint)
+    network = UNet(3, 1, base_width=4, depth=2)
+    instruments = pipeline.Instruments(network, network, None, None, pd.DataFrame(), 64)
+    config = chapter.Config(generator="fundus-sg2", ablation_kimg=0.016)
+    variants = {variant: pipeline.train_ablation_generator(variant, instruments, config, generator_config)
+                for variant in ("plain", "+both")}
+    for artifact in variants.values():
+        assert artifact["start_kimg"] == pytest.approx(trained.kimg) and artifact["network"] == "raw"
+        assert artifact["kimg"] == pytest.approx(trained.kimg + 0.016)
+    assert file_sha256(checkpoint) == digest  # trained on from a copy
+    plain, both = (variants[name]["state_dict"] for name in ("plain", "+both"))
+    assert any(not torch.equal(plain[name], both[name]) for name in plain)  # the extra loss alone differs
+
+
 def test_first_jvp_of_a_process_prints_no_warning():
     """torch loads its JVP decompositions with torch.jit.script on the first JVP, which warns (a stderr block on a
     notebook page); jvp_columns silences that one warning."""

@@ -37,7 +37,7 @@ def tiny_job(kind: str = "fundus-sg2", eval_kimg: float = 0.0, **changes) -> job
     patients."""
     options = dict(kimg=0.032, resolution=32, checkpoint_kimg=0.016, population_patients=3, eval_kimg=eval_kimg,
                    parameters=dict(TINY))
-    if kind == "cxr-sg2":  # the quick chest X-ray config is the shipped one, larger than this test needs
+    if kind in ("fundus-sg2", "cxr-sg2"):  # their quick configs are the shipped ones, larger than this test needs
         options["stylegan_config"] = "sg2-tiny"
     options.update(changes)
     return jobs.training_job(kind, **options)
@@ -278,7 +278,8 @@ def test_evaluation_curve_and_provenance_reach_the_chapter(tmp_path):
     state = torch.load(outcome.run_dir / "checkpoint.pt", weights_only=False)
     expected = {key: value.half().float() for key, value in state["generator_ema"].items()}
 
-    config = chapter.Config(image_size=32, weights_dir=str(tmp_path), **{k.lower(): v for k, v in TINY.items()})
+    config = chapter.Config(image_size=32, fundus_sg2_config="sg2-tiny", weights_dir=str(tmp_path),
+                            **{k.lower(): v for k, v in TINY.items()})
     shipped = chapter.load_shipped_generator("fundus-sg2", config)
     assert shipped.source == "weights" and shipped.weights_file == str(outcome.weights)
     assert shipped.provenance["command"] == record["command"] and list(shipped.history["step"]) == [0, 2, 4]

@@ -18,6 +18,7 @@ masks, or a DRIVE copy at ``VESSEL_DATA_ROOT`` (:func:`vessel_cohort`); real dat
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ from anonpaper.metrics.quality import domain_lpips, psnr, ssim
 from anonpaper.metrics.statistics import two_sample_bootstrap_se
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGANConfig, StyleGenerator, project, to_unit_range
 from anonpaper.runtime import cache_dir, derive_seed, get_device
+from anonpaper.train.checkpoint import load_checkpoint
 from anonpaper.train.gan import GANTrainingConfig, train_gan
 from anonpaper.train.pretrained import cohort_description, trained_segmenter
 from anonpaper.train.segmenter import segment
@@ -304,6 +306,26 @@ def load_shipped_generator(kind: str, config_or_spec: Config | StyleGANConfig, *
     return TrainedGenerator(kind, generator, "weights", float(record["kimg"]), curve,
                             float(record.get("training_seconds") or 0.0), cache_key=record["sha256"][:16],
                             weights_file=str(weights_file), provenance=record)
+
+
+def trainer_checkpoint(trained: TrainedGenerator) -> Path | None:
+    """The trainer checkpoint (generator, its EMA, discriminator, optimisers, random streams) whose EMA generator
+    ``trained`` is, for training on from it: the run folder kept beside shipped weights (``<kind>.run/``) or the
+    artifact cache's run folder of a generator trained here.
+
+    Returns:
+        Its ``checkpoint.pt``, or None when there is none, or when its run trained on past ``trained`` (the
+        checkpoint's kimg is not the generator's).
+    """
+    if trained.source == "weights":
+        path = Path(trained.weights_file).with_suffix(".run") / "checkpoint.pt"
+    else:
+        path = cache_dir() / "stylegan-runs" / trained.cache_key / "checkpoint.pt"
+    state = load_checkpoint(path)
+    if state is None:
+        return None
+    kimg = int(state["step"]) * int(state["training_config"]["batch_size"]) / 1000
+    return path if math.isclose(kimg, trained.kimg, abs_tol=1e-9) else None
 
 
 def build_networks(kind: str, config: Config) -> tuple[StyleGenerator, ResidualDiscriminator]:

@@ -74,7 +74,7 @@ from anonpaper.train.pretrained import trained_segmenter
 KIND = "fundus-sg2"
 METHODS = ("k-same pixel", "centroid", "k-SALSA")
 NUM_GRADES = 5  # ICDR grades 0-4, the paper's EyePACS / APTOS labels
-PROJECTOR_BATCH = 64  # images projected together (independent Adam problems; bounds memory at large sizes)
+ENCODE_BATCH = 64  # images encoded or synthesised together (one forward pass each; bounds memory)
 VAL_FRACTION = 0.1  # share of the clusters that validate the attacker (at least one)
 
 
@@ -258,14 +258,17 @@ def _inversion(codes: torch.Tensor, reconstructions: torch.Tensor, images: torch
 
 
 def invert(generator, images: torch.Tensor, steps: int, seed: int, initial_ws: torch.Tensor | None = None,
-           train_seconds: float = 0.0) -> Inversion:
+           train_seconds: float = 0.0, batch_size: int = 8) -> Inversion:
     """Project ``[0, 1]`` images into W+ (no noise maps: the code alone must carry the image, as k-SALSA's
-    encoder output does), ``PROJECTOR_BATCH`` at a time, from the mean w or from ``initial_ws`` ``(N, L, D)``."""
+    encoder output does), ``batch_size`` at a time, from the mean w or from ``initial_ws`` ``(N, L, D)``.
+
+    Each image is its own Adam problem (the losses are summed), so ``batch_size`` changes speed and memory, not the
+    codes beyond float rounding (the chapter's ``PROJECTOR_BATCH``)."""
     started = time.perf_counter()
     codes, reconstructions = [], []
-    for start in range(0, len(images), PROJECTOR_BATCH):
-        initial = None if initial_ws is None else initial_ws[start:start + PROJECTOR_BATCH]
-        result = project(generator, images[start:start + PROJECTOR_BATCH] * 2 - 1, space="w+", num_steps=steps,
+    for start in range(0, len(images), batch_size):
+        initial = None if initial_ws is None else initial_ws[start:start + batch_size]
+        result = project(generator, images[start:start + batch_size] * 2 - 1, space="w+", num_steps=steps,
                          optimize_noise=False, w_avg_samples=2000, seed=seed, initial_ws=initial)
         codes.append(result.ws.float().cpu())
         reconstructions.append(to_unit_range(result.reconstruction).cpu().float())
@@ -305,12 +308,12 @@ def train_inversion_encoder(generator, images: torch.Tensor, taps, config: Confi
 def encode(encoder, generator, images: torch.Tensor, train_seconds: float) -> Inversion:
     """The encoder's W+ codes of ``[0, 1]`` images (one forward pass each) and their reconstructions."""
     started = time.perf_counter()
-    codes = torch.cat([encoder(images[start:start + PROJECTOR_BATCH] * 2 - 1)
-                       for start in range(0, len(images), PROJECTOR_BATCH)]).float()
+    codes = torch.cat([encoder(images[start:start + ENCODE_BATCH] * 2 - 1)
+                       for start in range(0, len(images), ENCODE_BATCH)]).float()
     seconds = time.perf_counter() - started
-    reconstructions = torch.cat([to_unit_range(generator.synthesis(codes[start:start + PROJECTOR_BATCH],
+    reconstructions = torch.cat([to_unit_range(generator.synthesis(codes[start:start + ENCODE_BATCH],
                                                                    noise_mode="const"))
-                                 for start in range(0, len(codes), PROJECTOR_BATCH)]).float()
+                                 for start in range(0, len(codes), ENCODE_BATCH)]).float()
     return _inversion(codes, reconstructions, images, seconds,
                       f"W+ encoder, {train_seconds:.0f} s of training (one forward pass per image)", train_seconds)
 
@@ -693,7 +696,8 @@ def run(config: Config, generator_config: GeneratorsConfig, progress: bool = Fal
     taps = feature_taps(network, data.cohort_size)
 
     tick = time.perf_counter()
-    inversions = {"projector": invert(generator, data.private, config.projector_steps, config.seed)}
+    inversions = {"projector": invert(generator, data.private, config.projector_steps, config.seed,
+                                      batch_size=config.projector_batch)}
     stage("inversion: projector", tick)
     if config.encoder_steps:
         tick = time.perf_counter()
@@ -701,7 +705,8 @@ def run(config: Config, generator_config: GeneratorsConfig, progress: bool = Fal
             generator, _as_float(load_images(KIND, generator_config, "train")), taps, config, device)
         inversions["encoder"] = encode(encoder, generator, data.private, train_seconds)
         inversions["encoder+projector"] = invert(generator, data.private, config.encoder_refine_steps, config.seed,
-                                                 initial_ws=inversions["encoder"].codes, train_seconds=train_seconds)
+                                                 initial_ws=inversions["encoder"].codes, train_seconds=train_seconds,
+                                                 batch_size=config.projector_batch)
         stage("inversion: encoder", tick)
     inversion = inversions[config.inversion]
     count = len(data.private)

@@ -47,8 +47,8 @@ def k_salsa_release(images: np.ndarray, patients: Sequence[Any], k_values: Seque
         projector_steps: Projector Adam steps per image into W+.
         alignment_steps: Local style alignment Adam steps per cluster.
         seed: Seed of the projector.
-        recipe: The k-SALSA chapter's config whose alignment learning rate, loss weights and patch grid are used
-            (default: its quick defaults).
+        recipe: The k-SALSA chapter's config whose projector batch, alignment learning rate, loss weights and patch
+            grid are used (default: its quick defaults).
         log: Receives one line per stage.
         progress: Show the generator's training progress when it has to be trained.
 
@@ -86,7 +86,8 @@ def k_salsa_release(images: np.ndarray, patients: Sequence[Any], k_values: Seque
     resolution = int(generator.resolution)
     members = to_unit(images, resolution)
     log(f"k-SALSA: inverting {len(members)} images ({projector_steps} projector steps each)")
-    inversion = invert(generator, members, projector_steps, derive_seed(seed, "k-salsa-projector"))
+    inversion = invert(generator, members, projector_steps, derive_seed(seed, "k-salsa-projector"),
+                       batch_size=recipe.projector_batch)
     network, _ = feature_network(generator_config)
     taps = feature_taps(network, generator_config.cohort_size)
     depth = len(taps(members[:1])) // 2

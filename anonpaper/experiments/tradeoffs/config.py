@@ -71,8 +71,9 @@ class Config(ChapterConfig):
                                                  "methods use (02 generators, 03 vascular, 04 GMIA, 05 k-SALSA, 06 "
                                                  "disentanglement).")
     ksalsa_k_values: tuple = parameter((2, 5), "k of k-SALSA (clusters of at least k patients).")
-    projector_steps: int = parameter(200, "Projector Adam steps per image into W+ for k-SALSA (paper 4's chapter: "
-                                          "200 at quick).")
+    projector_steps: int = parameter(200, "Projector Adam steps per image into W+ for the learned fundus methods "
+                                          "(k-SALSA, the vessel edit and StyleSpace: one inversion budget for all "
+                                          "three; their chapters: 200 at quick).")
     alignment_steps: int = parameter(40, "k-SALSA local style alignment Adam steps per cluster (the paper: 100).")
     vessel_alphas: tuple = parameter((0.5, 1.0), "Strengths alpha of paper 1's vessel edit (Eq. 11); StyleSpace is "
                                                  "stepped to the same image change (paper 1's Table 2: alpha 0.5).")

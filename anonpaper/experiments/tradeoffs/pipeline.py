@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -225,7 +226,8 @@ def ksalsa_releases(data: ModalityData, config: Config, generator_config: Any,
                    "generator": generator_description(GENERATOR_KIND, generator_config),
                    "projector_steps": config.projector_steps, "alignment_steps": config.alignment_steps,
                    "k": list(config.ksalsa_k_values), "seed": config.seed,
-                   "recipe": [recipe.alignment_lr, recipe.content_weight, recipe.style_weight, recipe.patch_grid]}
+                   "recipe": [recipe.alignment_lr, recipe.content_weight, recipe.style_weight, recipe.patch_grid,
+                              recipe.projector_batch]}
 
     def build() -> dict:
         released, details = k_salsa_release(sources, patients, config.ksalsa_k_values, generator_config,
@@ -280,14 +282,15 @@ def learned_releases(data: ModalityData, config: Config, configs: dict[str, Any]
         releases.update(built)
     edits = [method for method in methods if method in VESSEL_EDITS]
     if edits:
+        # The vascular chapter's recipe, with this chapter's projector steps (one inversion budget for every
+        # learned fundus method).
+        vascular = dataclasses.replace(configs["03_vascular_sspace"], projector_steps=config.projector_steps)
         description = {"members": content_hash(sources), "methods": edits, "alphas": list(config.vessel_alphas),
-                       "seed": config.seed, "generators": recipe("02_generators"),
-                       "vascular": recipe("03_vascular_sspace")}
+                       "seed": config.seed, "generators": recipe("02_generators"), "vascular": vascular.parameters()}
 
         def build_edits() -> dict:
             built, info = vessel_edit_releases(sources, [VESSEL_EDITS[method] for method in edits],
-                                               config.vessel_alphas, configs["02_generators"],
-                                               configs["03_vascular_sspace"],
+                                               config.vessel_alphas, configs["02_generators"], vascular,
                                                seed=derive_seed(config.seed, "vessel-edit"), log=log)
             return {"released": built, "details": info}
 

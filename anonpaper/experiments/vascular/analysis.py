@@ -235,6 +235,8 @@ def table3(outcome: Outcome) -> pd.DataFrame:
     rows = []
     for row in outcome.ablation.to_dict("records"):
         entry = {"variant": row["variant"], "kimg": row["kimg"]}
+        if "start_kimg" in row:  # continued from the edited generator's checkpoint: how far, and which network
+            entry["from kimg"], entry["network"] = row["start_kimg"], row["network"]
         if "fd_attacker" in row:
             entry["FD (attacker embedding)"] = row["fd_attacker"]
             entry["FD (attacker embedding) SE"] = row["fd_attacker_se"]

@@ -348,7 +348,10 @@ def ablation_claim(outcome: Outcome) -> Claim:
         instruments.append(Instrument("kimg per ablation generator (at least the generators chapter's)", kimg,
                                       float(full)))
     order = " < ".join(sorted(fd, key=fd.get))
-    note = f"our order {order}, the paper's +both < +lesion < +vessel < plain; {kimg:g} kimg each"
+    start = float(table["start_kimg"].min()) if "start_kimg" in table else 0.0
+    schedule = (f"each continued {kimg - start:g} kimg from the generator's {start:g} kimg checkpoint "
+                f"({table['network'].iloc[0]} generators)" if start else f"{kimg:g} kimg each")
+    note = f"our order {order}, the paper's +both < +lesion < +vessel < plain; {schedule}"
     if key == "fd_attacker":
         note += "; FD (vessel U-Net) " + ", ".join(f"{v} {_round(float(table.loc[v, 'fd']), 3)}" for v in table.index)
     return decide("vascular-ablation-fd", statement, paper=paper, ours={**fd, **_power(se)}, rule="directional",

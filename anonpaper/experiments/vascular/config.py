@@ -55,6 +55,9 @@ class Config(ChapterConfig):
                                      "attacker must find) inverted into W+ by the projector and edited; at least "
                                      "MIN_TEST_IMAGES for the claim on real images to be decided.")
     projector_steps: int = parameter(200, "Projector Adam steps (the StyleGAN2-ADA recipe: 1000).")
+    projector_batch: int = parameter(8, "Real images projected together (independent Adam problems: speed and "
+                                        "memory only; one CPU thread, the 128 px fundus StyleGAN2: 43 image-steps/s "
+                                        "at 8, 37.5 at 16, 17 at 64; paper: 16).")
     projector_min_psnr: float = parameter(24.0, "Projector check: the smallest mean PSNR (dB) of the W+ "
                                                 "projections to their real targets. On the 64 px phantom the mean "
                                                 "image reaches 23.0 dB and a 2 px Gaussian blur of the target "
@@ -109,9 +112,10 @@ class Config(ChapterConfig):
                                               "and its inverse, otherwise the Jacobian scores are scores of noise.")
     max_empty_masks: float = parameter(0.25, "Instrument check: the largest share of generated images in which the "
                                              "vessel U-Net finds no vessel pixel at all.")
-    ablation_kimg: float = parameter(2.0, "Thousands of real images shown to each generator of the Table 3 loss "
-                                          "ablation (plain / +vessel / +lesion / +both; 0 skips it). quick: a short "
-                                          "schedule; the paper trains each to convergence.")
+    ablation_kimg: float = parameter(2.0, "Thousands of real images each generator of the Table 3 loss ablation "
+                                          "(plain / +vessel / +lesion / +both; 0 skips it) trains on from the "
+                                          "edited generator's checkpoint, identical but for the extra loss (the "
+                                          "paper trains each from scratch to convergence).")
     ablation_eval_images: int = parameter(100, "Generated and real images per Table 3 metric.")
     min_test_images: int = parameter(50, "Smallest image set on which a claim is decided.")
     bootstrap: int = parameter(100, "Bootstrap resamples of the Frechet distances' standard errors.")
@@ -145,6 +149,8 @@ class Config(ChapterConfig):
              f"REAL_IMAGES must be a non-negative integer, got {self.real_images!r}"),
             (positive_int(self.projector_steps), f"PROJECTOR_STEPS must be a positive integer, got "
                                                  f"{self.projector_steps!r}"),
+            (positive_int(self.projector_batch), f"PROJECTOR_BATCH must be a positive integer, got "
+                                                 f"{self.projector_batch!r}"),
             (positive_int(self.baseline_images), f"BASELINE_IMAGES must be a positive integer, got "
                                                  f"{self.baseline_images!r}"),
             (positive_int(self.match_images), f"MATCH_IMAGES must be a positive integer, got {self.match_images!r}"),

@@ -41,8 +41,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -50,15 +53,16 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from anonpaper.cache import ArtifactCache
+from anonpaper.cache import ArtifactCache, file_sha256
 from anonpaper.data import load_cohort
 from anonpaper.experiments.claims import combine_replicate_tables
 from anonpaper.experiments.generators.config import Config as GeneratorsConfig
 from anonpaper.experiments.generators.pipeline import TrainedGenerator, load_generator
 from anonpaper.experiments.generators.config import PHANTOM_FUNDUS
 from anonpaper.experiments.generators.labels import label_classifier
-from anonpaper.experiments.generators.pipeline import (check_data, generate, kind_cohort, load_images, training_config,
-                                                       unet_features, vessel_cohort)
+from anonpaper.experiments.generators.pipeline import (check_data, generate, kind_cohort, load_images,
+                                                       trainer_checkpoint, training_config, unet_features,
+                                                       vessel_cohort)
 from anonpaper.methods.jacobian_edit import ChannelScores, contribution_scores, edit_channels, jvp_columns
 from anonpaper.methods.sspace_baselines import (LatentCoordinates, lowrank_directions, region_gram_matrices,
                                                 resefa_directions, step_for_image_change, stylespace_channels,
@@ -73,7 +77,8 @@ from anonpaper.models.keypoints import fs_sr
 from anonpaper.models.stylegan import (ResidualDiscriminator, StyleCodes, StyleGenerator, project, style_statistics,
                                        to_unit_range)
 from anonpaper.runtime import derive_seed, get_device, replicate_parts, replicate_seed
-from anonpaper.train.gan import train_gan
+from anonpaper.train.checkpoint import load_checkpoint
+from anonpaper.train.gan import GANTrainingConfig, train_gan
 from anonpaper.train.pretrained import (cohort_description, trained_exudate_segmenter, trained_keypoint_detector,
                                         trained_segmenter)
 from anonpaper.train.segmenter import segment
@@ -900,7 +905,7 @@ def real_queries(generator_config: GeneratorsConfig, count: int, seed: int) -> t
 
 
 def project_real(generator: StyleGenerator, targets: torch.Tensor, steps: int, seed: int,
-                 batch_size: int = 16) -> tuple[torch.Tensor, StyleCodes, torch.Tensor]:
+                 batch_size: int = 8) -> tuple[torch.Tensor, StyleCodes, torch.Tensor]:
     """Invert real images into W+ (StyleGAN2-ADA projector recipe; images are independent, so they are projected
     ``batch_size`` at a time to bound memory) and map them to S.
 
@@ -1024,20 +1029,40 @@ def ablation_loss(instruments: Instruments, parts: tuple[str, ...]) -> Callable 
 
 def train_ablation_generator(variant: str, instruments: Instruments, config, generator_config: GeneratorsConfig,
                              progress: bool = False) -> dict:
-    """One generator of Table 3 (``variant`` in :data:`ABLATIONS`), trained ``config.ablation_kimg`` with the
-    generators chapter's recipe and initialisation, cached. Returns ``{"state_dict", "seconds", "kimg"}``."""
+    """One generator of Table 3 (``variant`` in :data:`ABLATIONS`), trained ``config.ablation_kimg`` more with
+    the generators chapter's recipe and the variant's extra loss, cached.
+
+    The four variants continue the edited generator's own run from its trainer checkpoint (the run folder beside
+    shipped weights, or the cache's) on the chapter cohort's training images: the same networks, optimiser states
+    and random draws, so they differ only by the extra loss. Their raw generators are compared, since the EMA
+    (half-life 2.5 kimg at batch 8) would hold only a fraction of a short continuation. Without a checkpoint they
+    are trained from the chapter's initialisation and their EMA generators compared.
+
+    Returns:
+        ``{"state_dict", "seconds", "kimg", "start_kimg", "network"}``: kimg in all, of which ``start_kimg`` before
+        the variant's loss; ``network`` is ``"raw"`` or ``"EMA"``.
+    """
     parts = ABLATIONS[variant]
     steps = max(1, int(round(config.ablation_kimg * 1000 / generator_config.batch_size)))
-    settings = dataclasses.replace(training_config(config.generator, generator_config, output_dir=None,
-                                                   progress=progress),
-                                   total_steps=steps, adversarial_weight=ADVERSARIAL_WEIGHT if parts else 1.0,
-                                   checkpoint_every=0, metrics_every=0, log_every=max(1, steps // 50))
+    trained, _ = load_fundus_generator(generator_config, config.generator, progress)
+    checkpoint = trainer_checkpoint(trained)
+    settings = training_config(config.generator, generator_config, output_dir=None, progress=progress)
+    start_step, start = 0, {"from": "initialisation", "generator_seed": generator_config.seed}
+    if checkpoint is not None:
+        state = load_checkpoint(checkpoint)
+        settings = GANTrainingConfig(**{**state["training_config"], "progress": progress})
+        start_step = int(state["step"])
+        start = {"from": "checkpoint", "sha256": file_sha256(checkpoint), "step": start_step}
+        del state
+    settings = dataclasses.replace(settings, total_steps=start_step + steps, output_dir=None,
+                                   adversarial_weight=ADVERSARIAL_WEIGHT if parts else 1.0, checkpoint_every=0,
+                                   metrics_every=0, sample_every=0, log_every=max(1, steps // 50))
     recipe = dataclasses.asdict(settings)
     for name in ("output_dir", "progress", "log_every"):
         recipe.pop(name)
     description = {"variant": variant, "parts": list(parts), "lpips_weight": LPIPS_WEIGHT if parts else 0.0,
                    "stylegan": generator_config.stylegan_config(config.generator).to_dict(), "training": recipe,
-                   "generator_seed": generator_config.seed,
+                   "start": start, "images": cohort_description(kind_cohort(FUNDUS_IMAGES, generator_config)),
                    "instruments": {"segmenter_epochs": config.segmenter_epochs, "seed": generator_config.seed}}
 
     def build() -> dict:
@@ -1047,12 +1072,19 @@ def train_ablation_generator(variant: str, instruments: Instruments, config, gen
                                    implementation="fast")
         discriminator = ResidualDiscriminator(stylegan, seed=derive_seed(generator_config.seed, "D", config.generator))
         started = time.perf_counter()
-        result = train_gan(generator, discriminator, images, settings,
-                           extra_generator_loss=ablation_loss(instruments, parts),
-                           device=config.device or get_device())
-        ema = result.generator_ema.to("cpu")
-        return {"state_dict": {k: v.detach().cpu() for k, v in ema.state_dict().items()},
-                "seconds": time.perf_counter() - started, "kimg": steps * generator_config.batch_size / 1000}
+        with tempfile.TemporaryDirectory(prefix="ablation-") as run_dir:
+            # train_gan resumes from its output folder: a copy, so the run folder itself is never written.
+            if checkpoint is not None:
+                shutil.copyfile(checkpoint, Path(run_dir) / "checkpoint.pt")
+            result = train_gan(generator, discriminator, images,
+                               dataclasses.replace(settings, output_dir=run_dir if checkpoint is not None else None),
+                               extra_generator_loss=ablation_loss(instruments, parts),
+                               device=config.device or get_device(), resume=checkpoint is not None)
+        network = (result.generator if checkpoint is not None else result.generator_ema).to("cpu")
+        return {"state_dict": {k: v.detach().cpu() for k, v in network.state_dict().items()},
+                "seconds": time.perf_counter() - started, "kimg": (start_step + steps) * settings.batch_size / 1000,
+                "start_kimg": start_step * settings.batch_size / 1000,
+                "network": "raw" if checkpoint is not None else "EMA"}
 
     return ArtifactCache("vascular-ablation").get_or_create(description, build)
 
@@ -1091,7 +1123,8 @@ def loss_ablation(instruments: Instruments, config, generator_config: Generators
         fd_attacker, fd_attacker_se = bootstrap_fd(real_embeddings, embeddings(instruments, fake).astype(np.float64),
                                                    config.bootstrap,
                                                    derive_seed(config.seed, "ablation-fd-id", variant))
-        row = {"variant": variant, "kimg": artifact["kimg"], "train_seconds": artifact["seconds"], "fd": fd,
+        row = {"variant": variant, "kimg": artifact["kimg"], "start_kimg": artifact["start_kimg"],
+               "network": artifact["network"], "train_seconds": artifact["seconds"], "fd": fd,
                "fd_se": fd_se, "fd_attacker": fd_attacker, "fd_attacker_se": fd_attacker_se}
         row["unet_distance"], row["unet_distance_se"] = _mean_se(distance)
         row["mse"], row["mse_se"] = _mean_se(mse)
@@ -1244,7 +1277,8 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     projector = {}
     if len(queries):
         ws_real, codes_real, reconstruction = project_real(generator, queries, config.projector_steps,
-                                                           derive_seed(config.seed, "projector"))
+                                                           derive_seed(config.seed, "projector"),
+                                                           batch_size=config.projector_batch)
         edit_sets.append(EditSet("real", reconstruction, codes_real, ws_real, queries, test_patients[query_rows]))
         projector = projector_check(instruments, queries, reconstruction)
     lap("projector")

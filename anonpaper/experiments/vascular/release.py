@@ -49,8 +49,8 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
             the projection).
         generator_config: The generators chapter's config whose fundus generator and vessel U-Net are used.
         config: The vascular chapter's config (default its quick defaults): ``generator``, ``score_images``,
-            ``baseline_images``, ``match_images``, ``chunk_size``, ``projector_steps``, ``segmenter_epochs`` and
-            ``seed`` (of the ranking) are read from it.
+            ``baseline_images``, ``match_images``, ``chunk_size``, ``projector_steps``, ``projector_batch``,
+            ``segmenter_epochs`` and ``seed`` (of the ranking) are read from it.
         seed: Seed of the projector.
         log: Receives one line per stage.
         progress: Show training progress when a network has to be trained.
@@ -114,7 +114,7 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
 
     log(f"vessel edit: projecting {len(images)} images into W+ ({config.projector_steps} steps each)")
     ws, codes, reconstruction = project_real(generator, targets, config.projector_steps,
-                                             derive_seed(seed, "projector"))
+                                             derive_seed(seed, "projector"), batch_size=config.projector_batch)
     edit_set = EditSet("real", reconstruction, codes, ws, targets)
     released, changes = {}, {}
     for alpha in alphas:
