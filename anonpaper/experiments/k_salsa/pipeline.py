@@ -258,12 +258,13 @@ def _inversion(codes: torch.Tensor, reconstructions: torch.Tensor, images: torch
 
 
 def invert(generator, images: torch.Tensor, steps: int, seed: int, initial_ws: torch.Tensor | None = None,
-           train_seconds: float = 0.0, batch_size: int = 8) -> Inversion:
+           train_seconds: float = 0.0, batch_size: int = 64) -> Inversion:
     """Project ``[0, 1]`` images into W+ (no noise maps: the code alone must carry the image, as k-SALSA's
     encoder output does), ``batch_size`` at a time, from the mean w or from ``initial_ws`` ``(N, L, D)``.
 
-    Each image is its own Adam problem (the losses are summed), so ``batch_size`` changes speed and memory, not the
-    codes beyond float rounding (the chapter's ``PROJECTOR_BATCH``)."""
+    Each image is its own Adam problem (the losses are summed), but a batch draws its exploration noise from one
+    random stream, so ``batch_size`` (the chapter's ``PROJECTOR_BATCH``) changes the codes as another seed would,
+    besides speed and memory."""
     started = time.perf_counter()
     codes, reconstructions = [], []
     for start in range(0, len(images), batch_size):

@@ -55,9 +55,10 @@ class Config(ChapterConfig):
                                      "attacker must find) inverted into W+ by the projector and edited; at least "
                                      "MIN_TEST_IMAGES for the claim on real images to be decided.")
     projector_steps: int = parameter(200, "Projector Adam steps (the StyleGAN2-ADA recipe: 1000).")
-    projector_batch: int = parameter(8, "Real images projected together (independent Adam problems: speed and "
-                                        "memory only; one CPU thread, the 128 px fundus StyleGAN2: 43 image-steps/s "
-                                        "at 8, 37.5 at 16, 17 at 64; paper: 16).")
+    projector_batch: int = parameter(16, "Real images projected together (independent Adam problems that share "
+                                         "one random stream of exploration noise and noise maps, so it acts like a "
+                                         "seed besides setting speed and memory; one CPU thread, the 128 px fundus "
+                                         "`sg2-cpu64`: 43 image-steps/s at 8, 37.5 at 16, 17 at 64).")
     projector_min_psnr: float = parameter(24.0, "Projector check: the smallest mean PSNR (dB) of the W+ "
                                                 "projections to their real targets. On the 64 px phantom the mean "
                                                 "image reaches 23.0 dB and a 2 px Gaussian blur of the target "

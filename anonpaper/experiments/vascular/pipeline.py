@@ -905,9 +905,9 @@ def real_queries(generator_config: GeneratorsConfig, count: int, seed: int) -> t
 
 
 def project_real(generator: StyleGenerator, targets: torch.Tensor, steps: int, seed: int,
-                 batch_size: int = 8) -> tuple[torch.Tensor, StyleCodes, torch.Tensor]:
-    """Invert real images into W+ (StyleGAN2-ADA projector recipe; images are independent, so they are projected
-    ``batch_size`` at a time to bound memory) and map them to S.
+                 batch_size: int = 16) -> tuple[torch.Tensor, StyleCodes, torch.Tensor]:
+    """Invert real images into W+ (StyleGAN2-ADA projector recipe, ``batch_size`` images at a time: each its own
+    Adam problem, a batch one random stream of exploration noise and noise maps) and map them to S.
 
     Returns:
         ``(ws (N, num_ws, w_dim) and S codes on the generator's device, reconstructions (N, C, R, R) in [0, 1] on
