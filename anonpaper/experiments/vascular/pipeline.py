@@ -1050,7 +1050,10 @@ def train_ablation_generator(variant: str, instruments: Instruments, config, gen
     start_step, start = 0, {"from": "initialisation", "generator_seed": generator_config.seed}
     if checkpoint is not None:
         state = load_checkpoint(checkpoint)
-        settings = GANTrainingConfig(**{**state["training_config"], "progress": progress})
+        # The run's own recipe (an older checkpoint may lack a newer field: the chapter's value stands in).
+        known = {item.name for item in dataclasses.fields(GANTrainingConfig)} - {"progress"}
+        settings = dataclasses.replace(settings, **{name: value for name, value in state["training_config"].items()
+                                                    if name in known})
         start_step = int(state["step"])
         start = {"from": "checkpoint", "sha256": file_sha256(checkpoint), "step": start_step}
         del state
