@@ -40,9 +40,9 @@ class Config(ChapterConfig):
     chunk_size: int = parameter(8, "S channels per vectorised forward-mode JVP (speed only; the scores do not "
                                    "depend on it).")
     score_image_batch: int | None = parameter(1, "Images per group of those JVPs, and of StyleSpace's (None: all "
-                                                 "images at once; speed only). On one CPU thread the 128 px fundus StyleGAN2 scored "
-                                                 "95 channel-images/s one image at a time, 60 four at a time and "
-                                                 "50 sixteen at once.")
+                                                 "images at once; speed only). On one CPU thread the 128 px fundus "
+                                                 "StyleGAN2 scored 95 channel-images/s one image at a time, 60 four "
+                                                 "at a time and 50 sixteen at once.")
     grid_channels: int = parameter(4, "Top channels listed and shown edited (paper Figs. 5 and 9).")
     several_channels: int = parameter(3, "The 'several top channels' variant of the edit moves this many of the "
                                          "best channels at once (the paper edits the first one).")
