@@ -550,3 +550,33 @@ def test_judge_seeds_carry_the_attackers_spread_into_the_real_image_claim():
     assert reid.verdict == UNDECIDED and "mean of 3 judge seeds" in reid.reason
     assert combined["vascular-identity-vs-stylespace-fs-sift"] == alone["vascular-identity-vs-stylespace-fs-sift"]
     assert check_record({"claims": [claim.as_dict() for claim in combined.values()]}) == []
+
+
+def test_measuring_the_originals_once_gives_the_numbers_of_measuring_them_with_every_edit():
+    from anonpaper.models.keypoints import KeypointNet
+
+    torch.manual_seed(0)
+    unet = UNet(3, 1, base_width=4, depth=2).eval()
+    detector = KeypointNet(3, descriptor_dim=8, base_width=4, depth=2).eval()
+    with torch.no_grad():
+        detector.trunk.head.bias[0].fill_(0.0)  # untrained: detect at p = 0.5 rather than at the training prior
+    instruments = pipeline.Instruments(unet, unet, detector, None, pd.DataFrame(), 32, BrightnessGrader(), 5)
+    draw = torch.Generator().manual_seed(1)
+    originals = torch.rand(4, 3, 32, 32, generator=draw)
+    edited = (originals + 0.1 * torch.randn(4, 3, 32, 32, generator=draw)).clamp(0, 1)
+    real_features = pipeline.fd_features(instruments, torch.rand(6, 3, 32, 32, generator=draw))
+    fresh = pipeline.measure_unjudged(instruments, originals, edited, real_features)
+    reused = pipeline.measure_unjudged(instruments, originals, edited, real_features,
+                                       pipeline.original_measures(instruments, originals))
+    judged_fresh = pipeline.measure_judged(instruments, originals, edited, None, np.arange(4), 5, 0)
+    judged_reused = pipeline.measure_judged(instruments, originals, edited, None, np.arange(4), 5, 0,
+                                            pipeline.judged_originals(instruments, originals))
+    for first, second in ((fresh, reused), (judged_fresh, judged_reused)):
+        assert first[0].keys() == second[0].keys() and first[1].keys() == second[1].keys()
+        np.testing.assert_equal(first[0], second[0])  # NaN equals NaN here; every other value bit for bit
+        np.testing.assert_equal(first[1], second[1])
+    assert np.isfinite(judged_fresh[1]["fs_sr"]).any() and np.isfinite(fresh[1]["fs_sift"]).any()
+    # An edit that changes nothing keeps every keypoint: the reused originals are those of the images measured.
+    same = pipeline.measure_judged(instruments, originals, originals, None, np.arange(4), 5, 0,
+                                   pipeline.judged_originals(instruments, originals))
+    assert same[0]["dr_agreement"] == 1.0 and same[0]["ams"] == 1.0

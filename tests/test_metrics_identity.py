@@ -131,6 +131,22 @@ def test_fs_sift_pair_whose_original_has_no_keypoint_is_missing_not_zero():
     assert np.isnan(fs_sift(blank, blank))
 
 
+def test_fs_sift_with_the_first_images_features_given_scores_the_same():
+    from anonpaper.metrics.identity import sift_features
+
+    rng = np.random.default_rng(1)
+    first = torch.from_numpy(rng.random((2, 3, 64, 64)).astype(np.float32))
+    second = torch.cat([first[:1], torch.from_numpy(rng.random((1, 3, 64, 64)).astype(np.float32))])
+    features = [sift_features(image) for image in first]
+    np.testing.assert_array_equal(fs_sift(first, second, reduction="none", first_features=features),
+                                  fs_sift(first, second, reduction="none"))
+    # The given features are used as they are: another image's features score another pair.
+    swapped = fs_sift(first, second, reduction="none", first_features=features[::-1])
+    assert swapped[0] != fs_sift(first, second, reduction="none")[0]
+    with pytest.raises(ValueError, match="one entry per first image"):
+        fs_sift(first, second, first_features=features[:1])
+
+
 def test_sift_homography_similarity_survives_a_shift_but_not_another_image():
     from anonpaper.metrics.identity import sift_homography_similarity
 

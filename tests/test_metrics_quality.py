@@ -170,6 +170,14 @@ def test_feature_tap_distance_closed_forms_and_properties():
     assert torch.isclose(domain_lpips(a, b, [network, network]), 2 * distance.mean(), atol=1e-6)
 
 
+def test_feature_tap_distance_with_the_first_images_taps_given_is_the_same():
+    network = _TinyTaps().requires_grad_(False)
+    a, b = _pair(3, size=16)
+    given = feature_tap_distance(a, b, network, reduction="none", taps_first=network(a))
+    assert torch.equal(given, feature_tap_distance(a, b, network, reduction="none"))
+    assert not torch.equal(feature_tap_distance(a, b, network, reduction="none", taps_first=network(b)), given)
+
+
 def test_feature_tap_distance_passes_gradients():
     network = _TinyTaps()
     a, b = _pair(3, size=16)

@@ -144,6 +144,14 @@ def test_fs_sr_identical_shifted_and_different_images():
     assert np.isnan(fs_sr(model, np.stack([blank]), np.stack([original]), nms_radius=1))
     with pytest.raises(ValueError, match="differ in shape"):
         fs_sr(model, np.stack([original]), np.stack([original, shifted]))
+    # The originals' keypoints, detected once with the same settings, give the same scores.
+    originals, edits = np.stack([original, original, blank]), np.stack([shifted, different, original])
+    detected = [detect(model, image, nms_radius=1) for image in originals]
+    np.testing.assert_array_equal(fs_sr(model, originals, edits, nms_radius=1, reduction="none",
+                                        original_keypoints=detected),
+                                  fs_sr(model, originals, edits, nms_radius=1, reduction="none"))
+    with pytest.raises(ValueError, match="one entry per original"):
+        fs_sr(model, originals, edits, original_keypoints=detected[:2])
 
 
 @pytest.mark.unit

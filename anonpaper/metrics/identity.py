@@ -22,6 +22,7 @@ detection threshold 0.01, no cap on the keypoint count). Callers: the cohort cha
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import cv2
@@ -115,7 +116,8 @@ def sift_features(image: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return np.array([point.pt for point in keypoints], dtype=np.float32), descriptors.astype(np.float32)
 
 
-def fs_sift(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75, reduction: str = "mean"):
+def fs_sift(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75, reduction: str = "mean",
+            first_features: Sequence[tuple[np.ndarray, np.ndarray]] | None = None):
     """SIFT feature similarity FS_SIFT (paper 1): good matches / keypoints of the first (original) image.
 
     OpenCV SIFT on the green channel (channel 0 for grey) quantised to uint8, brute-force kNN (k = 2) from the first
@@ -130,6 +132,8 @@ def fs_sift(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75, redu
         second: Same shape (edited images).
         ratio: Lowe ratio.
         reduction: ``"mean"`` (float) or ``"none"`` (``(N,)`` numpy array).
+        first_features: :func:`sift_features` of each first image, when the caller has them (a sweep that compares
+            many edits with the same originals computes them once); None computes them.
 
     Returns:
         Values in ``[0, 1]``, NaN for a pair whose original has no keypoint; 1 (or very near: duplicate SIFT
@@ -144,9 +148,12 @@ def fs_sift(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75, redu
     """
     first, second = check_image_pair(first, second, names=("first", "second"))
     reduction = check_reduction(reduction)
+    if first_features is not None and len(first_features) != first.shape[0]:
+        raise ValueError(f"first_features: expected one entry per first image ({first.shape[0]}), got "
+                         f"{len(first_features)}")
     scores = np.zeros(first.shape[0])
     for index in range(first.shape[0]):
-        keypoints, descriptors = sift_features(first[index])
+        keypoints, descriptors = sift_features(first[index]) if first_features is None else first_features[index]
         scores[index] = (match_fraction(keypoints, descriptors, *sift_features(second[index]), ratio=ratio)
                          if len(keypoints) else np.nan)
     if reduction == "none":

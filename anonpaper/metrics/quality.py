@@ -199,6 +199,7 @@ def feature_tap_distance(
     feature_taps: FeatureTaps,
     reduction: str = "mean",
     expected_layers: int | None = None,
+    taps_first: Sequence[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """LPIPS-style distance on any feature-tap network: mean over layers of spatially averaged cosine distance.
 
@@ -219,6 +220,8 @@ def feature_tap_distance(
         feature_taps: Callable mapping a batch to a list/tuple of ``(N, C_l, H_l, W_l)`` tensors.
         reduction: ``"mean"`` or ``"none"``.
         expected_layers: If given, the number of taps the callable must return (8 for paper 1's U-Nets).
+        taps_first: ``feature_taps(first)``, when the caller has them (a sweep that compares many edits with the same
+            originals computes them once); None computes them.
 
     Returns:
         Values in ``[0, 2]`` (cosine distance); lower is more similar; 0 for identical inputs (up to float error, for
@@ -228,7 +231,8 @@ def feature_tap_distance(
         ValueError: On invalid images or if the callable returns the wrong number or shapes of taps.
     """
     first, second = check_image_pair(first, second)
-    taps_first, taps_second = feature_taps(first), feature_taps(second)
+    taps_first = feature_taps(first) if taps_first is None else taps_first
+    taps_second = feature_taps(second)
     if not isinstance(taps_first, (list, tuple)) or len(taps_first) == 0:
         raise ValueError(
             f"feature_taps: expected a non-empty list of (N, C, H, W) tensors, observed {type(taps_first).__name__}"

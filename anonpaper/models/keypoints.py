@@ -15,6 +15,7 @@ trivial (no descriptor interpolation between coarse cells) at the small sizes us
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -171,7 +172,8 @@ def detect(model: KeypointNet, image: Any, top_k: int = 100, nms_radius: int = 3
 
 
 def fs_sr(model: KeypointNet, originals: Any, edited: Any, *, top_k: int = 100, nms_radius: int = 3,
-          threshold: float = DEFAULT_THRESHOLD, ratio: float = 0.75, reduction: str = "mean"):
+          threshold: float = DEFAULT_THRESHOLD, ratio: float = 0.75, reduction: str = "mean",
+          original_keypoints: Sequence[tuple[np.ndarray, np.ndarray]] | None = None):
     """FS_SR of paper 1 with the learned detector: per pair, :func:`detect` on both images, then
     :func:`anonpaper.metrics.identity.keypoint_similarity` (ratio test, LMEDS homography, inliers / keypoints in
     the original).
@@ -183,6 +185,8 @@ def fs_sr(model: KeypointNet, originals: Any, edited: Any, *, top_k: int = 100, 
         top_k, nms_radius, threshold: Detection settings (see :func:`detect`).
         ratio: Lowe ratio of the matching.
         reduction: ``"mean"`` (float) or ``"none"`` (float64 numpy (N,)).
+        original_keypoints: :func:`detect` of each original with these settings, when the caller has them (a sweep
+            that compares many edits with the same originals detects them once); None detects them.
 
     Returns:
         Values in [0, 1]; 1 for identical images with distinct descriptors; LOWER = less identity kept = better
@@ -199,9 +203,13 @@ def fs_sr(model: KeypointNet, originals: Any, edited: Any, *, top_k: int = 100, 
         raise ValueError(f"originals {tuple(originals.shape)} and edited {tuple(edited.shape)} differ in shape")
     if originals.shape[0] == 0:
         raise ValueError("originals: no images (N = 0)")
+    if original_keypoints is not None and len(original_keypoints) != originals.shape[0]:
+        raise ValueError(f"original_keypoints: expected one entry per original ({originals.shape[0]}), got "
+                         f"{len(original_keypoints)}")
     scores = np.zeros(originals.shape[0], dtype=np.float64)
     for index in range(originals.shape[0]):
-        points_first, features_first = detect(model, originals[index], top_k, nms_radius, threshold)
+        points_first, features_first = (detect(model, originals[index], top_k, nms_radius, threshold)
+                                        if original_keypoints is None else original_keypoints[index])
         if len(points_first) == 0:
             scores[index] = np.nan
             continue

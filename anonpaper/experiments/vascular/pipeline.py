@@ -69,11 +69,11 @@ from anonpaper.methods.sspace_baselines import (LatentCoordinates, lowrank_direc
                                                 stylespace_direction, w_coordinates)
 from anonpaper.metrics.classification import quadratic_weighted_kappa
 from anonpaper.metrics.distribution import frechet_distance, swd
-from anonpaper.metrics.identity import cross_pair_scores, fs_sift
+from anonpaper.metrics.identity import cross_pair_scores, fs_sift, sift_features
 from anonpaper.metrics.lesion import rroi
-from anonpaper.metrics.quality import domain_lpips, feature_tap_distance
+from anonpaper.metrics.quality import feature_tap_distance
 from anonpaper.metrics.statistics import patient_bootstrap_se
-from anonpaper.models.keypoints import fs_sr
+from anonpaper.models.keypoints import detect, fs_sr
 from anonpaper.models.stylegan import (ResidualDiscriminator, StyleCodes, StyleGenerator, project, style_statistics,
                                        to_unit_range)
 from anonpaper.runtime import derive_seed, get_device, replicate_parts, replicate_seed
@@ -695,12 +695,14 @@ def dr_predictions(instruments: Instruments, images: torch.Tensor) -> np.ndarray
 
 
 def dr_utility(instruments: Instruments, originals: torch.Tensor, edited: torch.Tensor, clusters, bootstrap: int,
-               seed: int) -> tuple[dict, np.ndarray]:
+               seed: int, before: np.ndarray | None = None) -> tuple[dict, np.ndarray]:
     """How well an edit keeps the DR classifier's prediction: ``dr_agreement`` (share of images whose predicted
     class is unchanged, binomial SE) and ``dr_qwk`` (quadratic-weighted kappa between the predictions on originals
     and edits, SE by resampling ``clusters``: images, or the patients of real images), and the per-image agreement.
+    ``before``: the predictions on the originals, when already computed.
     """
-    before, after = dr_predictions(instruments, originals), dr_predictions(instruments, edited)
+    before = dr_predictions(instruments, originals) if before is None else before
+    after = dr_predictions(instruments, edited)
     agreement = (before == after).astype(float)
     row: dict[str, float] = {}
     row["dr_agreement"], row["dr_agreement_se"] = _mean_se(agreement)
@@ -785,13 +787,66 @@ def attack_gallery(instruments: Instruments, edit_set: EditSet, test_images: np.
                          np.asarray(edit_set.patients), np.asarray(query_rows))
 
 
-def unet_distance(instruments: Instruments, first: torch.Tensor, second: torch.Tensor) -> np.ndarray:
+def unet_distance(instruments: Instruments, first: torch.Tensor, second: torch.Tensor,
+                  taps_first: list[torch.Tensor] | None = None) -> np.ndarray:
     """Paper 1's domain "LPIPS" as we measure it: the cosine distance of the vessel U-Net's 8 taps
-    (:func:`~anonpaper.metrics.quality.domain_lpips`) between image pairs ``(N, C, S, S)`` at the cohort's side,
-    ``(N,)``. Not the perceptual LPIPS of the paper's Table 2 (no ImageNet network offline), and on the one U-Net
-    that passes its floor (the hard-exudate U-Net's taps are left out: its check decides whether it sees lesions)."""
+    (:func:`~anonpaper.metrics.quality.domain_lpips` of that one network) between image pairs ``(N, C, S, S)`` at
+    the cohort's side, ``(N,)``. Not the perceptual LPIPS of the paper's Table 2 (no ImageNet network offline), and
+    on the one U-Net that passes its floor (the hard-exudate U-Net's taps are left out: its check decides whether it
+    sees lesions). ``taps_first``: the U-Net's taps of ``first``, when already computed."""
     with torch.no_grad():
-        return domain_lpips(first, second, [instruments.vessel.forward_features], reduction="none").numpy()
+        return feature_tap_distance(first, second, instruments.vessel.forward_features, reduction="none",
+                                    taps_first=taps_first).numpy()
+
+
+@dataclass
+class OriginalMeasures:
+    """What the judge-free metrics read from one edit set's originals, measured once: every method and strength of
+    a sweep compares its edits with the same originals, and the instruments are deterministic in eval mode, so
+    reusing these changes no value.
+
+    Attributes:
+        sift: :func:`~anonpaper.metrics.identity.sift_features` of each original at the cohort's side.
+        vessel_mask: float ``(N, 1, S, S)`` binary vessel masks of the originals (probability >= 0.5).
+        unet_taps: The vessel U-Net's taps of the originals at the cohort's side.
+    """
+
+    sift: list[tuple[np.ndarray, np.ndarray]]
+    vessel_mask: torch.Tensor
+    unet_taps: list[torch.Tensor]
+
+
+@torch.no_grad()
+def original_measures(instruments: Instruments, originals: torch.Tensor) -> OriginalMeasures:
+    """:class:`OriginalMeasures` of ``originals`` ``(N, C, R, R)`` in [0, 1]."""
+    first = _upsample(originals, instruments.cohort_size)
+    return OriginalMeasures(sift=[sift_features(image) for image in first],
+                            vessel_mask=(vessel_probability(instruments, originals) >= 0.5).float(),
+                            unet_taps=list(instruments.vessel.forward_features(first)))
+
+
+@dataclass
+class JudgedOriginals:
+    """What one judge seed's metrics read from one edit set's originals, measured once (see
+    :class:`OriginalMeasures`).
+
+    Attributes:
+        keypoints: :func:`~anonpaper.models.keypoints.detect` of each original at the cohort's side (FS_SR).
+        exudate: ``(N,)`` AMS's exudate labels of the originals.
+        dr: ``(N,)`` the DR classifier's predicted classes of the originals; None without a DR classifier.
+    """
+
+    keypoints: list[tuple[np.ndarray, np.ndarray]]
+    exudate: np.ndarray
+    dr: np.ndarray | None
+
+
+def judged_originals(instruments: Instruments, originals: torch.Tensor) -> JudgedOriginals:
+    """:class:`JudgedOriginals` of ``originals`` ``(N, C, R, R)`` in [0, 1] by one judge seed's ``instruments``."""
+    first = _upsample(originals, instruments.cohort_size)
+    return JudgedOriginals(keypoints=[detect(instruments.keypoints, image) for image in first],
+                           exudate=exudate_present(instruments, originals),
+                           dr=None if instruments.dr is None else dr_predictions(instruments, originals))
 
 
 def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Tensor, real_features: np.ndarray,
@@ -824,20 +879,24 @@ def measure(instruments: Instruments, originals: torch.Tensor, edited: torch.Ten
 
 
 def measure_unjudged(instruments: Instruments, originals: torch.Tensor, edited: torch.Tensor,
-                     real_features: np.ndarray) -> tuple[dict, dict[str, np.ndarray]]:
+                     real_features: np.ndarray,
+                     measured: OriginalMeasures | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """The metrics of :func:`measure` that rest on no judge network: FD and the U-Net distance (the vessel U-Net
-    the method's scores rest on), FS_SIFT and RROI; the same for every judge seed."""
+    the method's scores rest on), FS_SIFT and RROI; the same for every judge seed. ``measured``: the originals'
+    :func:`original_measures`, when already computed (the same numbers, once per sweep)."""
     size = instruments.cohort_size
     first, second = _upsample(originals, size), _upsample(edited, size)
+    measured = original_measures(instruments, originals) if measured is None else measured
     row: dict[str, Any] = {"n": len(originals)}
     # No bootstrap here: no claim rests on the sweep's FD, and 66 settings x BOOTSTRAP matrix square roots would
     # cost minutes at quick (the Table 3 FDs, which a claim compares, carry their bootstrap SE).
     row["fd"] = frechet_distance(real_features, fd_features(instruments, edited))
-    row["unet_distance"], row["unet_distance_se"] = _mean_se(unet_distance(instruments, first, second))
-    per_image = {"fs_sift": fs_sift(first, second, reduction="none")}
+    row["unet_distance"], row["unet_distance_se"] = _mean_se(unet_distance(instruments, first, second,
+                                                                           measured.unet_taps))
+    per_image = {"fs_sift": fs_sift(first, second, reduction="none", first_features=measured.sift)}
     row["fs_sift"], row["fs_sift_se"] = _mean_se(per_image["fs_sift"])
     row["fs_sift_missing"] = int(np.isnan(per_image["fs_sift"]).sum())
-    mask = (vessel_probability(instruments, originals) >= 0.5).float()
+    mask = measured.vessel_mask
     ratios = rroi(mask, first, second, reduction="none")
     area = mask.flatten(1).sum(1).double().numpy()
     ratios[area == 0] = np.nan  # no region of interest: the ratio means nothing
@@ -855,20 +914,24 @@ def measure_unjudged(instruments: Instruments, originals: torch.Tensor, edited: 
 
 def measure_judged(instruments: Instruments, originals: torch.Tensor, edited: torch.Tensor,
                    gallery: AttackGallery | None, clusters: np.ndarray, bootstrap: int = 0,
-                   seed: int = 0) -> tuple[dict, dict[str, np.ndarray]]:
+                   seed: int = 0, measured: JudgedOriginals | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """The metrics of :func:`measure` that judge networks decide, measured once per judge seed: FS_SR (keypoint
-    detector), AMS (exudate U-Net), the DR utility (DR classifier) and rank-1 (attacker)."""
+    detector), AMS (exudate U-Net), the DR utility (DR classifier) and rank-1 (attacker). ``measured``: the
+    originals' :func:`judged_originals` by these instruments, when already computed (the same numbers)."""
     size = instruments.cohort_size
     first, second = _upsample(originals, size), _upsample(edited, size)
+    measured = judged_originals(instruments, originals) if measured is None else measured
     row: dict[str, Any] = {}
-    per_image = {"fs_sr": fs_sr(instruments.keypoints, first, second, reduction="none")}
+    per_image = {"fs_sr": fs_sr(instruments.keypoints, first, second, reduction="none",
+                                original_keypoints=measured.keypoints)}
     row["fs_sr"], row["fs_sr_se"] = _mean_se(per_image["fs_sr"])
     row["fs_sr_missing"] = int(np.isnan(per_image["fs_sr"]).sum())
-    agreement = (exudate_present(instruments, originals) == exudate_present(instruments, edited)).astype(float)
+    agreement = (measured.exudate == exudate_present(instruments, edited)).astype(float)
     per_image["ams"] = agreement
     row["ams"], row["ams_se"] = _mean_se(agreement)
     if instruments.dr is not None:
-        dr_row, per_image["dr_agreement"] = dr_utility(instruments, originals, edited, clusters, bootstrap, seed)
+        dr_row, per_image["dr_agreement"] = dr_utility(instruments, originals, edited, clusters, bootstrap, seed,
+                                                       before=measured.dr)
         row.update(dr_row)
     if gallery is None:
         per_image["rank1"] = np.full(len(originals), np.nan)
@@ -1319,6 +1382,9 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
                                        config.match_images))
         galleries = [attack_gallery(judge, edit_set, test_images, test_patients, query_rows) for judge in judges]
         clusters = edit_set.patients if edit_set.patients is not None else np.arange(len(edit_set.originals))
+        # Every method and strength compares its edits with the same originals: measure them once per image set.
+        originals_measured = original_measures(instruments, edit_set.originals)
+        originals_judged = [judged_originals(judge, edit_set.originals) for judge in judges]
 
         def record(row: dict, first: torch.Tensor | None, second: torch.Tensor | None, key: tuple | None,
                    *seed_key) -> None:
@@ -1328,11 +1394,14 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
                 for sweep_rows in rows:
                     sweep_rows.append(dict(row))
                 return
-            unjudged, unjudged_images = measure_unjudged(instruments, first, second, real_features)
+            of_originals = first is edit_set.originals
+            unjudged, unjudged_images = measure_unjudged(instruments, first, second, real_features,
+                                                         originals_measured if of_originals else None)
             seed = derive_seed(config.seed, "dr-bootstrap", edit_set.name, *seed_key)
-            for judge, gallery, sweep_rows, arrays in zip(judges, galleries, rows, per_image):
+            for judge, gallery, sweep_rows, arrays, measured in zip(judges, galleries, rows, per_image,
+                                                                    originals_judged):
                 judged, judged_images = measure_judged(judge, first, second, gallery, clusters, config.bootstrap,
-                                                       seed)
+                                                       seed, measured if of_originals else None)
                 sweep_rows.append({**row, **unjudged, **judged})
                 if key is not None:
                     arrays[key] = {**unjudged_images, **judged_images}
