@@ -44,6 +44,8 @@ def test_defaults_are_valid_and_sequences_become_tuples():
     ({"cluster_unit": "eye"}, "CLUSTER_UNIT"),
     ({"attacker_budget": 0}, "ATTACKER_BUDGET"),
     ({"generator_label_min_qwk": 1.5}, "GENERATOR_LABEL_MIN_QWK"),
+    ({"classifier_size": 8}, "CLASSIFIER_SIZE"),
+    ({"classifier_size": True}, "CLASSIFIER_SIZE"),
 ])
 def test_invalid_parameters_are_refused_by_name(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -391,3 +393,14 @@ def test_patient_clusters_in_the_release_keep_each_patient_in_one_cluster(tiny):
     summary = pipeline.cluster_summary(release.labels, 2, data.private_patients)
     assert summary["min_patients"] >= 2 and summary["patients_split"] == 0 and summary["clusters"] == 2  # 5 // 2
     assert all(images.shape[0] == 2 for images in release.images.values())
+
+
+def test_the_release_classifiers_see_real_and_synthetic_images_at_the_classifier_size(tiny):
+    _, _, data = tiny
+    assert pipeline.classifier_size(chapter.Config(classifier_size=16), 32) == 16
+    assert pipeline.classifier_size(chapter.Config(classifier_size=64), 32) == 32  # never enlarged
+    assert pipeline.classifier_size(chapter.Config(classifier_size=None), 32) == 32
+    shrunk = pipeline.resize_square_images(data.private, 16)
+    assert shrunk.shape == (9, 3, 16, 16)
+    # Area averaging keeps each image's mean colour (a blur-free pooling of 2 x 2 blocks).
+    assert torch.allclose(shrunk.mean(dim=(2, 3)), data.private.mean(dim=(2, 3)), atol=1e-6)

@@ -752,6 +752,7 @@ def _k_salsa(config, root) -> list[Trainer]:
     generator_config = _generators_config(config, root)
     stylegan = generator_config.stylegan_config(KIND)
     resolution, cohort_side = stylegan.resolution, generator_config.cohort_size_of(KIND)
+    classifier_side = min(config.classifier_size or resolution, resolution)  # what the release classifiers see
     trainers = []
     if config.encoder_steps:
         def networks():
@@ -777,7 +778,7 @@ def _k_salsa(config, root) -> list[Trainer]:
     trainers.append(classifier_trainer(
         f"DR classifiers ({config.classifier_backbone})",
         _seeded(config.seed, lambda: build_classifier(config.classifier_backbone, 3, NUM_GRADES)), channels=3,
-        size=resolution, classes=NUM_GRADES, batch=32, runs=runs, steps=steps,
+        size=classifier_side, classes=NUM_GRADES, batch=32, runs=runs, steps=steps,
         schedule=f"{config.classifier_seeds} seeds x {len(releases)} training sets (the reals, {len(METHODS)} "
                  f"methods x {len(config.k_values)} k; about PRIVATE_IMAGES / k images each) x "
                  f"{config.classifier_epochs} epochs",
@@ -789,7 +790,7 @@ def _k_salsa(config, root) -> list[Trainer]:
     backbone = _default(train_membership_classifier, "backbone")
     trainers.append(classifier_trainer(
         f"membership pair classifiers ({backbone}, image pairs)",
-        _seeded(config.seed, lambda: build_classifier(backbone, 6, 2)), channels=6, size=resolution, classes=2,
+        _seeded(config.seed, lambda: build_classifier(backbone, 6, 2)), channels=6, size=classifier_side, classes=2,
         batch=32, runs=attackers, steps=attackers * per_attacker,
         schedule=f"{attackers} attackers x ATTACKER_BUDGET {config.attacker_budget} pairs / batch 32"))
     return trainers

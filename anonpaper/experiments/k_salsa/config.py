@@ -53,6 +53,15 @@ class Config(ChapterConfig):
     patch_grid: int = parameter(4, "Patches per side of the local style loss (the paper: a 4 x 4 grid).")
     classifier_backbone: str = parameter("small_cnn", "Backbone of the DR classifier trained on the synthetic images "
                                                       "(the paper: a ResNet-50).")
+    classifier_size: int | None = parameter(64, "Side in pixels of the images the classifiers trained on a release "
+                                                "see (the DR classifiers of the utility claims and the membership "
+                                                "attacker, real and synthetic images alike, area-downsampled, never "
+                                                "enlarged); None: the generator's side. The inversion, the "
+                                                "alignment, the FD features and SIFT re-identification keep the "
+                                                "generator's side. Quick: 64, the quick generator's side, so nothing "
+                                                "is resized; with a 128 px generator it keeps the 51 classifiers of "
+                                                "a run at a quarter of the pixels (the paper's ResNet-50 reads its "
+                                                "releases at full size).")
     classifier_epochs: int = parameter(30, "Epochs of each DR classifier (selected on its own training set: the "
                                            "recipient of the synthetic data has no real images).")
     classifier_seeds: int = parameter(3, "DR classifiers trained per release with different seeds; utility is their "
@@ -114,6 +123,10 @@ class Config(ChapterConfig):
              f"PATCH_GRID must be a positive integer, got {self.patch_grid!r}"),
             (self.classifier_backbone in BACKBONES,
              f"CLASSIFIER_BACKBONE must be one of {BACKBONES}, got {self.classifier_backbone!r}"),
+            (self.classifier_size is None or (isinstance(self.classifier_size, int)
+                                              and not isinstance(self.classifier_size, bool)
+                                              and self.classifier_size >= 16),
+             f"CLASSIFIER_SIZE must be None or an integer >= 16, got {self.classifier_size!r}"),
             (isinstance(self.classifier_epochs, int) and self.classifier_epochs >= 1,
              f"CLASSIFIER_EPOCHS must be a positive integer, got {self.classifier_epochs!r}"),
             (isinstance(self.classifier_seeds, int) and self.classifier_seeds >= 1,

@@ -28,6 +28,8 @@ one synthetic image per cluster by three methods -> fidelity, utility and privac
      on the synthetic images labelled with their cluster's majority grade, tested on the real test images (accuracy,
      quadratic weighted kappa; SEs from a test-patient bootstrap plus the spread between seeds); the same classifiers
      trained on the private real images are the reference;
+     these classifiers and the membership attacker see real and synthetic images alike at
+     :func:`classifier_size` (``config.classifier_size``, never more than the generator's side);
    - privacy (:func:`membership_attack`, :func:`reidentification`): the clusters are split into attacker-train,
      attacker-validation and held-out clusters; a pair classifier on [synthetic, candidate] trained on the known
      clusters (the same number of training pairs at every k, ``config.attacker_budget``) scores every (held-out
@@ -39,7 +41,7 @@ one synthetic image per cluster by three methods -> fidelity, utility and privac
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -52,6 +54,7 @@ from anonpaper.experiments.generators.config import Config as GeneratorsConfig
 from anonpaper.experiments.generators.pipeline import load_generator
 from anonpaper.experiments.generators.pipeline import FEATURE_MASKS, load_images, unet_features
 from anonpaper.experiments.k_salsa.config import Config
+from anonpaper.experiments.releases import resize_square_images
 from anonpaper.methods.ksalsa import (cluster_members, k_salsa_synthesize, k_same_pixel_average,
                                       latent_centroid_images, same_size_clusters)
 from anonpaper.metrics.classification import accuracy, quadratic_weighted_kappa
@@ -456,6 +459,18 @@ def fidelity(real_features: np.ndarray, synthetic: dict[str, np.ndarray], refere
     return rows, gaps
 
 
+def classifier_size(config: Config, side: int) -> int:
+    """The side at which the classifiers trained on a release (DR utility, the membership attacker) see every image,
+    real or synthetic: ``config.classifier_size``, never more than the images' ``side``.
+
+    >>> classifier_size(Config(classifier_size=64), 128), classifier_size(Config(classifier_size=64), 32)
+    (64, 32)
+    >>> classifier_size(Config(classifier_size=None), 128)
+    128
+    """
+    return side if config.classifier_size is None else min(config.classifier_size, side)
+
+
 def train_dr_classifier(images: torch.Tensor, grades: np.ndarray, config: Config, tag: str, device=None):
     """A DR-grade classifier trained on ``images`` (synthetic, or the private reals for the reference), selected
     on its own training set: the recipient of a synthetic release has no real images to validate on."""
@@ -638,7 +653,9 @@ class Outcome:
             :data:`UNET_FEATURES` (the vessel U-Net whose taps the alignment optimises: shown, never decisive).
         dr_check: The generators chapter's cohort DR classifier (:func:`generator_label_check`): its held-out QWK
             on the real test split, its QWK on the private images and on their reconstructions ``G(w)``.
-        reference: The DR classifier trained on the private real images (utility row) and the majority rate.
+        reference: The DR classifier trained on the private real images (utility row), the majority rate and
+            ``image_size``, the side every classifier trained on a release saw (``config.classifier_size``, at most
+            the generator's).
         alignment: One row per k: mean alignment loss at the centroid and after alignment.
         examples: k -> {"members": list of ``(M, 3, R, R)`` arrays, method -> ``(S, 3, R, R)``} for a few clusters.
         reconstructions: ``"private"`` and each inversion's name -> float arrays of a few private images and their
@@ -724,10 +741,17 @@ def run(config: Config, generator_config: GeneratorsConfig, progress: bool = Fal
     real_dr = classifier_features(grader.model, data.private) if grader is not None else None
     stage("cohort DR classifier (generator label check)", tick)
 
+    classifier_side = classifier_size(config, data.private.shape[-1])
+
+    def for_classifiers(images: torch.Tensor) -> torch.Tensor:
+        return resize_square_images(images, classifier_side)
+
+    judged = replace(data, private=for_classifiers(data.private), test=for_classifiers(data.test))
     tick = time.perf_counter()
     real_features = features(network, data.private, data.cohort_size)
     private_bank = sift_bank(data.private, data.cohort_size)
-    reference = release_utility(data.private, data.private_grades, data, config, "real", device)
+    reference = release_utility(judged.private, data.private_grades, judged, config, "real", device)
+    reference["image_size"] = classifier_side
     reference["majority_rate"] = float(np.bincount(data.test_grades, minlength=NUM_GRADES).max()
                                        / len(data.test_grades))
     stage("reference DR classifier", tick)
@@ -762,8 +786,9 @@ def run(config: Config, generator_config: GeneratorsConfig, progress: bool = Fal
         for method, images in release.images.items():
             tag = f"{method}-{k}"
             row = {"k": k, "method": method, "n_synthetic": size, **fid_rows[method], **dr_rows[method],
-                   **release_utility(images, release.grades, data, config, tag, device),
-                   **membership_attack(images, data, release.labels, split, k, config, tag, device),
+                   **release_utility(for_classifiers(images), release.grades, judged, config, tag, device),
+                   **membership_attack(for_classifiers(images), judged, release.labels, split, k, config, tag,
+                                       device),
                    **reidentification(sift_bank(images, data.cohort_size), private_bank, release.labels, split, k),
                    "seconds": release.seconds[method]}
             rows.append(row)

@@ -60,11 +60,12 @@ class Config(ChapterConfig):
                                          "seed besides setting speed and memory; one CPU thread, the 128 px fundus "
                                          "`sg2-cpu64`: 43 image-steps/s at 8, 37.5 at 16, 17 at 64).")
     projector_min_psnr: float = parameter(24.0, "Projector check: the smallest mean PSNR (dB) of the W+ "
-                                                "projections to their real targets. On the 64 px phantom the mean "
-                                                "image reaches 23.0 dB and a 2 px Gaussian blur of the target "
-                                                "23.2 dB: a projection under 24 dB reproduces a blurred disc, not "
-                                                "the eye. Its domain check: the vessel-pixel fraction of the "
-                                                "projections within MIN_VESSEL_RATIO of their targets'.")
+                                                "projections to their real targets. On the phantom the mean image "
+                                                "reaches 23 dB at 64 and at 128 px, and a Gaussian blur of the "
+                                                "target by 1/32 of its side (2 px at 64, 4 px at 128) 23.1 dB: a "
+                                                "projection under 24 dB reproduces a blurred disc, not the eye. "
+                                                "Its domain check: the vessel-pixel fraction of the projections "
+                                                "within MIN_VESSEL_RATIO of their targets'.")
     baseline_images: int = parameter(16, "Generated images on which the baselines find their channel (StyleSpace) "
                                          "or directions (LowRankGAN, ReSeFa Jacobian Gram matrices).")
     match_images: int = parameter(16, "Images on which each baseline's step is matched to the mean image change "
