@@ -30,8 +30,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from result_rows import append_rows
-
 from anonpaper.experiments.vascular import pipeline
 from anonpaper.models.classifiers import build_classifier
 from anonpaper.models.keypoints import KeypointNet
@@ -95,6 +93,8 @@ def main() -> None:
            "timestamp": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     print(row)
     if not args.no_write:
+        from result_rows import append_rows
+
         append_rows(RESULTS, FIELDS, [row])
 
 
