@@ -739,7 +739,8 @@ def _gmia(config, root) -> list[Trainer]:
 
 def _k_salsa(config, root) -> list[Trainer]:
     """05_k_salsa: the W+ encoder, the DR classifiers of every release and seed, the membership attackers."""
-    from anonpaper.experiments.k_salsa.pipeline import ENCODER_BATCH, KIND, METHODS, NUM_GRADES, feature_taps
+    from anonpaper.experiments.k_salsa.pipeline import (ENCODER_BATCH, KIND, METHODS, NUM_GRADES, classifier_size,
+                                                        feature_taps)
     from anonpaper.metrics.quality import feature_tap_distance
     from anonpaper.models.classifiers import build_classifier
     from anonpaper.models.encoders import LatentEncoder
@@ -752,7 +753,7 @@ def _k_salsa(config, root) -> list[Trainer]:
     generator_config = _generators_config(config, root)
     stylegan = generator_config.stylegan_config(KIND)
     resolution, cohort_side = stylegan.resolution, generator_config.cohort_size_of(KIND)
-    classifier_side = min(config.classifier_size or resolution, resolution)  # what the release classifiers see
+    classifier_side = classifier_size(config, resolution)  # what the release classifiers see
     trainers = []
     if config.encoder_steps:
         def networks():

@@ -785,10 +785,10 @@ def run(config: Config, generator_config: GeneratorsConfig, progress: bool = Fal
         split = attack_split(size, config, k)
         for method, images in release.images.items():
             tag = f"{method}-{k}"
+            classified = for_classifiers(images)
             row = {"k": k, "method": method, "n_synthetic": size, **fid_rows[method], **dr_rows[method],
-                   **release_utility(for_classifiers(images), release.grades, judged, config, tag, device),
-                   **membership_attack(for_classifiers(images), judged, release.labels, split, k, config, tag,
-                                       device),
+                   **release_utility(classified, release.grades, judged, config, tag, device),
+                   **membership_attack(classified, judged, release.labels, split, k, config, tag, device),
                    **reidentification(sift_bank(images, data.cohort_size), private_bank, release.labels, split, k),
                    "seconds": release.seconds[method]}
             rows.append(row)
