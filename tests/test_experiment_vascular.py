@@ -25,7 +25,9 @@ pytestmark = pytest.mark.unit
 
 def test_quick_defaults_are_valid_and_strengths_include_the_table_alpha():
     config = chapter.Config()
-    assert config.generators_profile == "quick" and config.score_images == 64
+    assert config.generators_profile == "quick"
+    # The vessel claim counts every generated image of the run; at quick it must be decidable.
+    assert config.score_images + config.eval_images >= config.min_test_images
     assert config.strengths == (0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
     assert chapter.Config.from_parameters(config.parameters()) == config
 
@@ -126,7 +128,7 @@ def planted_outcome(*, paper_order=True, ours_keeps=True, ams_constant=False, de
     ratio = 0.9 if vessels_ok else 0.01
     vessels = {"generated": 0.1 * ratio, "real": 0.1, "real_native": 0.12, "ratio": ratio, "log_ratio_se": 0.05,
                "passed": vessels_ok, "check": "" if vessels_ok else "the vessel U-Net finds a vessel-pixel fraction "
-                                                                    "of 0.001", "fallback_masks": 0, "T": n}
+                                                                    "of 0.001", "fallback_masks": 0, "T": n, "n": n}
     reference = 0.7 if deidentified else 0.1
     references = {"fs_sift_same": reference, "fs_sift_same_se": 0.02, "fs_sift_same_n": 40,
                   "fs_sr_same": reference, "fs_sr_same_se": 0.02, "fs_sr_same_n": 40, "fs_sift_different": 0.05,
@@ -159,6 +161,9 @@ def test_claims_hold_when_the_planted_numbers_agree_with_the_paper_and_the_recor
     lowrank = claims_of(planted_outcome())["vascular-identity-vs-lowrankgan-fs-sift"]
     assert "LowRankGAN's edit leaves a lower FS_SIFT than ours" in lowrank.statement
     assert lowrank.ours["paper effect"] == pytest.approx(0.162 - 0.073)
+    outcome = planted_outcome()
+    text = chapter.discussion(outcome, claims)
+    assert f"in {outcome.vessels['n']} generated images" in text and "The instrument check passed." in text
 
 
 def test_claims_do_not_hold_when_the_planted_numbers_contradict_the_paper():
@@ -305,6 +310,24 @@ def test_vessel_masks_max_pool_and_count_fallbacks():
     assert masks[0].sum() == 1 and masks[0, 0, 0] == 1
     assert masks[1].sum() == 1 and masks[1, 2, 2] == 1
 
+
+
+def test_the_vessel_check_counts_empty_masks_among_the_masked_images_only():
+    torch.manual_seed(0)
+    unet = UNet(3, 1, base_width=4, depth=2).eval()
+    checks = pd.DataFrame([{"instrument": "vessel U-Net", "measure": pipeline.VESSEL_DICE, "value": 0.9,
+                            "floor": 0.5}])
+    instruments = pipeline.Instruments(unet, unet, None, None, checks, 16)
+    draw = torch.Generator().manual_seed(2)
+    generated, real = torch.rand(8, 3, 16, 16, generator=draw), torch.rand(8, 3, 16, 16, generator=draw)
+    config = chapter.Config(max_empty_masks=0.25, min_vessel_ratio=1e-6)
+    # 2 empty masks of the 4 score images fail the check; among all 8 generated images they would not.
+    of_scored = pipeline.vessel_check(instruments, generated, real, real, config, 2, masked_images=4)
+    of_all = pipeline.vessel_check(instruments, generated, real, real, config, 2)
+    assert of_scored["empty_share"] == 0.5 and "2 of 4 generated images" in of_scored["check"]
+    assert of_all["empty_share"] == 0.25 and "generated images have no vessel pixel" not in of_all["check"]
+    # The vessel fraction is measured on every image given, whatever the masked count.
+    assert of_scored["generated"] == of_all["generated"]
 
 def test_middle_layers_and_rank1_hits():
     assert pipeline.middle_layers(6) == (1, 2, 3) and pipeline.middle_layers(2) == (0,)

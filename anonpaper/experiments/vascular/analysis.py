@@ -278,8 +278,9 @@ def discussion(outcome: Outcome, claims) -> str:
     alpha = outcome.config.table_alpha
     vessels = outcome.vessels
     lines = [f"- **Vessels in generated images.** The vessel U-Net finds a vessel-pixel fraction of "
-             f"{vessels['generated']:.4f} in generated images against {vessels['real']:.4f} in real ones resampled "
-             f"the same way ({vessels['fallback_masks']} of {vessels['T']} score images had none). "
+             f"{vessels['generated']:.4f} in {vessels['n']} generated images against {vessels['real']:.4f} in as "
+             f"many real ones resampled the same way ({vessels['fallback_masks']} of the {vessels['T']} score images "
+             "had none). "
              + ("The instrument check failed: the contribution scores are scores of noise, and the claims on them "
                 "are undecided, not refuted." if vessels["check"] else "The instrument check passed.")]
     instruments = instruments_table(outcome)

@@ -162,7 +162,7 @@ def vessel_claim(outcome: Outcome) -> Claim:
               "real_native": _round(vessels["real_native"]), "fallback_masks": vessels["fallback_masks"]},
         rule="equivalence", effect=effect, se=vessels.get("log_ratio_se", float("nan")),
         margin=math.log(1 / config.min_vessel_ratio), quantity="log(vessel-pixel fraction generated / real)",
-        instruments=[mask_instruments(outcome)[index] for index in (0, 3)], n=vessels["T"],
+        instruments=[mask_instruments(outcome)[index] for index in (0, 3)], n=vessels["n"],
         min_n=config.min_test_images,
         kind="phantom-check")
 

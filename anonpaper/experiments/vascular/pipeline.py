@@ -342,12 +342,13 @@ def vessel_masks(probability: torch.Tensor, resolution: int, fallback_fraction: 
 
 
 def vessel_check(instruments: Instruments, generated: torch.Tensor, real: torch.Tensor, real_native: torch.Tensor,
-                 config, empty_masks: int) -> dict:
+                 config, empty_masks: int, masked_images: int | None = None) -> dict:
     """The instrument check of the Jacobian scores: does the segmenter find vessels in generated images?
 
     It passes when the vessel U-Net passed its own Dice floor, the vessel-pixel fraction of generated images is
     within a factor ``1 / config.min_vessel_ratio`` of the real images' one, and at most ``config.max_empty_masks``
-    of the generated images have no vessel pixel at all (``empty_masks`` of ``len(generated)``).
+    of the masked images have no vessel pixel at all (``empty_masks`` of ``masked_images``, by default
+    ``len(generated)``; the run counts them among the score images, whose masks the scores use).
 
     Returns:
         Dict with the vessel-pixel fractions ``generated``, ``real`` (real images resampled to the generator's
@@ -371,10 +372,11 @@ def vessel_check(instruments: Instruments, generated: torch.Tensor, real: torch.
     check = "" if passed else (f"the vessel U-Net finds a vessel-pixel fraction of {fractions['generated']:.4f} in "
                                f"generated images against {fractions['real']:.4f} in real ones (ratio {ratio:.2f}, "
                                f"outside [{low:g}, {high:g}])")
-    empty_share = empty_masks / len(generated)
+    masked_images = len(generated) if masked_images is None else masked_images
+    empty_share = empty_masks / masked_images
     if empty_share > config.max_empty_masks:
         passed = False
-        check = "; ".join(part for part in (check, f"{empty_masks} of {len(generated)} generated images have no "
+        check = "; ".join(part for part in (check, f"{empty_masks} of {masked_images} generated images have no "
                                                    f"vessel pixel (more than {config.max_empty_masks:.0%})") if part)
     dice = float(instruments.checks.loc[instruments.checks["measure"] == VESSEL_DICE, "value"].iloc[0])
     if dice < config.segmenter_min_dice:
@@ -1212,8 +1214,9 @@ class Outcome:
         config: The run's config; ``generator_config``: the generators chapter's config it used.
         generator: Description of the generator: kind, config, resolution, K, source, kimg, note.
         instruments: One row per instrument check.
-        vessels: The vessel instrument check (:func:`vessel_check`) plus ``fallback_masks``: images of the ``T``
-            whose mask is the fallback (no vessel found).
+        vessels: The vessel instrument check (:func:`vessel_check`) on the ``n`` generated images of the run (the
+            ``T`` score images and the evaluation images) plus ``fallback_masks``: images of the ``T`` whose mask is
+            the fallback (no vessel found).
         scores: :class:`ChannelScores` of every channel over the ``T`` images; ``channels``: :func:`score_table`.
         speed: The JVP speed (:func:`score_channels`).
         baselines: The baselines' channel / directions.
@@ -1306,19 +1309,26 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
                               for replicate in range(1, config.judge_seeds)]
     lap("instruments")
 
-    # The instrument check, on the T score images against as many real training images.
+    # The instrument check, on every generated image of the run (the T score images and the evaluation images)
+    # against as many real training images: the vessel fraction is the generator's, and its claim needs
+    # MIN_TEST_IMAGES images whatever T is; the empty masks are counted among the score images, whose masks the
+    # scores use.
     ws_scored, codes_scored = sample_codes(generator, config.score_images, derive_seed(config.seed, "score-images"))
-    scored_images = render(generator, codes_scored)
+    ws_eval, codes_eval = sample_codes(generator, config.eval_images, derive_seed(config.seed, "eval-images"))
+    scored_images, eval_images = render(generator, codes_scored), render(generator, codes_eval)
+    checked_images = torch.cat([scored_images, eval_images])
     native_all = kind_cohort(FUNDUS_IMAGES, generator_config).split("train").load_images()
     pick = np.sort(np.random.default_rng(derive_seed(config.seed, "real-check")).choice(
-        len(native_all), min(len(native_all), max(config.score_images, 8)), replace=False))
+        len(native_all), min(len(native_all), max(len(checked_images), 8)), replace=False))
     real_resampled = _as_float(load_images(FUNDUS_IMAGES, generator_config))[pick]
     probability = vessel_probability(instruments, scored_images)
     real_fraction = float((vessel_probability(instruments, real_resampled) >= 0.5).float().mean())
     masks_scored, fallback = vessel_masks(probability, resolution, max(real_fraction, 0.02))
-    vessels = vessel_check(instruments, scored_images, real_resampled, _as_float(native_all[pick]), config, fallback)
+    vessels = vessel_check(instruments, checked_images, real_resampled, _as_float(native_all[pick]), config,
+                           fallback, masked_images=len(scored_images))
     vessels["fallback_masks"] = fallback
     vessels["T"] = config.score_images
+    vessels["n"] = len(checked_images)
     lap("instrument check")
 
     scores, speed = score_channels(generator, codes_scored, masks_scored, config.chunk_size,
@@ -1335,8 +1345,7 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     lap("baselines")
 
     # Edit sets: fresh generated images, and real held-out images inverted into W+.
-    ws_eval, codes_eval = sample_codes(generator, config.eval_images, derive_seed(config.seed, "eval-images"))
-    generated = EditSet("generated", render(generator, codes_eval), codes_eval, ws_eval)
+    generated = EditSet("generated", eval_images, codes_eval, ws_eval)
     edit_sets = [generated]
     queries, query_rows, test_images, test_patients = real_queries(generator_config, config.real_images,
                                                                    derive_seed(config.seed, "real-queries"))
