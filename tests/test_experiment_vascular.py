@@ -383,6 +383,28 @@ def test_edit_methods_match_the_baselines_to_our_image_change(tiny_generator):
         matched = edits[(method, 1.0)]
         assert matched["change"] == pytest.approx(ours["change"], rel=0.05)
     assert edits[(pipeline.RESEFA, 0.5)]["images"] is None and "planted" in edits[(pipeline.RESEFA, 0.5)]["error"]
+    # Asking for fewer methods edits only those, and each the same as when all are asked for.
+    some = pipeline.edit_methods(tiny_generator, edit_set, [0], [0, 1], statistics, baselines, (0.5, 1.0),
+                                 match_images=3, methods=(pipeline.OURS, pipeline.STYLESPACE))
+    assert set(some) == {(method, alpha) for method in (pipeline.OURS, pipeline.STYLESPACE) for alpha in (0.5, 1.0)}
+    for key, edit in some.items():
+        assert torch.equal(edit["images"], edits[key]["images"]) and edit["step"] == edits[key]["step"]
+
+
+def test_find_baselines_skips_the_gram_matrices_of_baselines_not_asked_for(tiny_generator):
+    ws, codes = pipeline.sample_codes(tiny_generator, 2, seed=4)
+    masks = torch.zeros(2, 32, 32)
+    masks[:, 8:24, 8:24] = 1
+    every = pipeline.find_baselines(tiny_generator, ws, codes, masks, chunk_size=64)
+    stylespace_only = pipeline.find_baselines(tiny_generator, ws, codes, masks, chunk_size=64,
+                                              methods=(pipeline.STYLESPACE,))
+    assert stylespace_only.stylespace_index == every.stylespace_index
+    assert stylespace_only.lowrank is None and stylespace_only.resefa is None
+    assert stylespace_only.errors == {pipeline.LOWRANK: "not requested", pipeline.RESEFA: "not requested"}
+    lowrank_only = pipeline.find_baselines(tiny_generator, ws, codes, masks, chunk_size=64,
+                                           methods=(pipeline.STYLESPACE, pipeline.LOWRANK))
+    assert lowrank_only.resefa is None and lowrank_only.errors.get(pipeline.RESEFA) == "not requested"
+    assert every.lowrank is not None and torch.equal(lowrank_only.lowrank, every.lowrank)
 
 
 def test_control_channels_are_matched_to_the_top_channels_image_change(tiny_generator):

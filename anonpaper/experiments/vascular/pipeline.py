@@ -523,34 +523,41 @@ def _gram_matrices(generator: StyleGenerator, ws: torch.Tensor, layers: tuple[in
 
 
 def find_baselines(generator: StyleGenerator, ws: torch.Tensor, codes: StyleCodes, masks: torch.Tensor,
-                   chunk_size: int, image_batch_size: int | None = None) -> Baselines:
+                   chunk_size: int, image_batch_size: int | None = None,
+                   methods: tuple[str, ...] = (STYLESPACE, LOWRANK, RESEFA)) -> Baselines:
     """StyleSpace's channel and LowRankGAN's / ReSeFa's directions for the vessel region of ``T`` generated images.
 
     Args:
         ws: ``(T, num_ws, w_dim)``; ``codes``: their S codes; ``masks``: ``(T, R, R)`` vessel masks.
         chunk_size, image_batch_size: Channels and images per group of StyleSpace's S-channel JVPs (speed only),
             as for the contribution scores (:func:`score_channels`).
+        methods: The baselines wanted. StyleSpace's channel is always found; without LowRankGAN and ReSeFa their
+            Jacobian Gram matrices are not computed and ``errors`` says so (the others are the same either way).
     """
     resolution = generator.resolution
     pooled = min(32, resolution)
     stylespace = stylespace_channels(generator, codes, masks, pooled_size=pooled, chunk_size=chunk_size,
                                      image_batch_size=image_batch_size, progress=False)
     layers = middle_layers(generator.num_ws)
-    errors: dict[str, str] = {}
+    errors: dict[str, str] = {method: "not requested" for method in (LOWRANK, RESEFA) if method not in methods}
     lowrank = resefa = None
+    if len(errors) == 2:
+        return Baselines(stylespace.best_index, stylespace, lowrank, resefa, layers, errors)
     try:
         region, background = _gram_matrices(generator, ws, layers, masks, chunk_size)
     except ValueError as error:
         errors[LOWRANK] = errors[RESEFA] = f"no Gram matrices ({error})"
     else:
-        try:
-            lowrank = lowrank_directions(region, background).directions[0].float()
-        except ValueError as error:
-            errors[LOWRANK] = str(error)
-        try:
-            resefa = resefa_directions(region, background)[1][0].float()
-        except ValueError as error:
-            errors[RESEFA] = str(error)
+        if LOWRANK in methods:
+            try:
+                lowrank = lowrank_directions(region, background).directions[0].float()
+            except ValueError as error:
+                errors[LOWRANK] = str(error)
+        if RESEFA in methods:
+            try:
+                resefa = resefa_directions(region, background)[1][0].float()
+            except ValueError as error:
+                errors[RESEFA] = str(error)
     return Baselines(stylespace.best_index, stylespace, lowrank, resefa, layers, errors)
 
 
@@ -610,13 +617,18 @@ def _matched_edit(edit_set: EditSet, locate: Callable, target_change: float, sub
 
 
 def edit_methods(generator: StyleGenerator, edit_set: EditSet, top: list[int], several: list[int],
-                 statistics: dict, baselines: Baselines, strengths, match_images: int) -> dict:
+                 statistics: dict, baselines: Baselines, strengths, match_images: int,
+                 methods: tuple[str, ...] = METHODS) -> dict:
     """Every method's edited images at every strength.
 
     Ours: Eq. 11 with the top channel (and with ``several`` top channels). Baselines: their step found by
     :func:`~anonpaper.methods.sspace_baselines.step_for_image_change` on the first ``match_images`` images so that
     the mean absolute image change equals that of our top-channel edit at the same alpha (in the generator's
     [-1, 1] range), then applied to every image.
+
+    Args:
+        methods: The methods edited (of :data:`METHODS`; ours is always edited, since the baselines are matched to
+            it). Each method's edits are the same whichever others are asked for.
 
     Returns:
         ``{(method, alpha): {"images": (N, C, R, R) in [0, 1], "step": float, "change": float, "error": str}}``.
@@ -628,12 +640,13 @@ def edit_methods(generator: StyleGenerator, edit_set: EditSet, top: list[int], s
         ours = top_channel_edit(generator, edit_set, top, mean, alpha)
         change = float((ours - edit_set.originals).abs().mean())
         results[(OURS, alpha)] = {"images": ours, "step": alpha, "change": change, "error": ""}
-        several_images = top_channel_edit(generator, edit_set, several, mean, alpha)
-        results[(OURS_SEVERAL, alpha)] = {"images": several_images, "step": alpha, "error": "",
-                                          "change": float((several_images - edit_set.originals).abs().mean())}
+        if OURS_SEVERAL in methods:
+            several_images = top_channel_edit(generator, edit_set, several, mean, alpha)
+            results[(OURS_SEVERAL, alpha)] = {"images": several_images, "step": alpha, "error": "",
+                                              "change": float((several_images - edit_set.originals).abs().mean())}
         # The target in the generator's own range ([-1, 1]: twice the [0, 1] change), on the matching subset.
         subset_change = 2 * float((ours[subset] - edit_set.originals[subset]).abs().mean())
-        for method in (STYLESPACE, LOWRANK, RESEFA):
+        for method in (method for method in (STYLESPACE, LOWRANK, RESEFA) if method in methods):
             results[(method, alpha)] = _matched_edit(
                 edit_set, lambda rows, method=method: _coordinates(generator, edit_set, method, baselines, std, rows),
                 subset_change, subset, baselines.errors.get(method, "no direction"))

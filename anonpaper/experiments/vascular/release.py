@@ -110,7 +110,7 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
     if set(methods) - {OURS}:
         rows = slice(0, min(config.baseline_images, config.score_images))
         baselines = find_baselines(generator, ws_scored[rows], codes_scored.select(rows), masks[rows],
-                                   config.chunk_size, config.score_image_batch)
+                                   config.chunk_size, config.score_image_batch, methods=tuple(methods))
 
     log(f"vessel edit: projecting {len(images)} images into W+ ({config.projector_steps} steps each)")
     ws, codes, reconstruction = project_real(generator, targets, config.projector_steps,
@@ -123,7 +123,8 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
                             "error": ""}}
         else:
             edits = {method: edit for (method, _), edit in edit_methods(
-                generator, edit_set, top, top, statistics, baselines, [float(alpha)], config.match_images).items()}
+                generator, edit_set, top, top, statistics, baselines, [float(alpha)], config.match_images,
+                methods=tuple(methods)).items()}
         for method in methods:
             edited = edits[method]["images"]
             if edited is None:
