@@ -147,7 +147,7 @@ def test_config_channels_and_cohort_size():
     config = chapter.Config()
     assert config.stylegan_config("cxr-sg2").image_channels == 1
     assert config.stylegan_config("fundus-sg3t").architecture == "sg3t"
-    assert config.cohort_size == 64 and config.cohort_options("cxr-sg2")["n_patients"] == config.cxr_patients
+    assert config.cohort_size == 128 and config.cohort_options("cxr-sg2")["n_patients"] == config.cxr_patients
 
 
 def test_fundus_and_chest_xray_sizes_are_separate():

@@ -625,3 +625,50 @@ def test_measuring_the_originals_once_gives_the_numbers_of_measuring_them_with_e
     same = pipeline.measure_judged(instruments, originals, originals, None, np.arange(4), 5, 0,
                                    pipeline.judged_originals(instruments, originals))
     assert same[0]["dr_agreement"] == 1.0 and same[0]["ams"] == 1.0
+
+
+class _GreenVessels(torch.nn.Module):
+    """A stand-in vessel U-Net: dark green pixels are vessels (logits from the green channel)."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return 40.0 * (0.45 - images[:, 1:2])
+
+
+def test_the_chapters_ranking_is_stored_and_reused_by_an_edit_with_the_same_generator_and_settings(
+        tiny_generator, tmp_path, monkeypatch):
+    from anonpaper.experiments.generators import Config as GeneratorsConfig
+    from anonpaper.experiments.generators.pipeline import TrainedGenerator
+
+    monkeypatch.setenv("ANONPAPER_CACHE", str(tmp_path))
+    trained = TrainedGenerator("fundus-sg2", tiny_generator, "cache", 1.0, pd.DataFrame(), 0.0, cache_key="planted")
+    generator_config = GeneratorsConfig(retina_patients=8, image_size=32)
+    config = chapter.Config(score_images=3, baseline_images=2, chunk_size=64)
+
+    def ranking(**changes):
+        options = {"reuse": True, "config": config, "trained": trained, **changes}
+        return pipeline.vessel_ranking(tiny_generator, options["trained"], _GreenVessels(), options["config"],
+                                       generator_config, reuse=options["reuse"])
+
+    chapters = ranking(reuse=False)  # the chapter computes its own and stores it
+    assert chapters.source == "computed" and chapters.scores.per_image.shape == (3, tiny_generator.style_layout
+                                                                                  .total_channels)
+    assert chapters.masks.shape == (3, 32, 32) and chapters.stylespace.per_image.shape[0] == 2
+    reused = ranking()
+    assert reused.source == "cache"
+    for name in ("indices", "scores", "per_image"):
+        assert torch.equal(getattr(reused.scores, name), getattr(chapters.scores, name))
+        assert torch.equal(getattr(reused.stylespace, name), getattr(chapters.stylespace, name))
+    assert torch.equal(reused.masks, chapters.masks) and torch.equal(reused.ws, chapters.ws)
+    assert reused.fallback_masks == chapters.fallback_masks and reused.speed == chapters.speed
+    # StyleSpace's channel is the one find_baselines finds on the first BASELINE_IMAGES score images.
+    found = pipeline.find_baselines(tiny_generator, chapters.ws[:2], chapters.codes.select(slice(0, 2)),
+                                    chapters.masks[:2], chunk_size=64, methods=(pipeline.STYLESPACE,))
+    assert found.stylespace_index == chapters.stylespace.best_index
+    # Another generator, or other scoring settings, is ranked afresh.
+    other = TrainedGenerator("fundus-sg2", tiny_generator, "cache", 2.0, pd.DataFrame(), 0.0, cache_key="other")
+    assert ranking(trained=other).source == "computed"
+    fewer = ranking(config=config.replace(score_images=2))
+    assert fewer.source == "computed" and fewer.scores.per_image.shape[0] == 2
+    assert torch.equal(fewer.masks, chapters.masks[:2])  # the same seeded score images
+    # The chapter never reads a stored ranking: its JVP speed is its own run's.
+    assert ranking(reuse=False).source == "computed"

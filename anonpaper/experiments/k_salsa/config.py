@@ -26,15 +26,18 @@ class Config(ChapterConfig):
                                              "patients and each patient's images stay in one cluster, so a release "
                                              "stands for k patients) or 'image' (the paper's clustering of images: "
                                              "a k = 2 cluster can be two photographs of one patient).")
-    projector_steps: int = parameter(200, "Projector Adam steps per image, into W+ without noise maps (the paper "
+    projector_steps: int = parameter(100, "Projector Adam steps per image, into W+ without noise maps (the paper "
                                           "inverts with a ReStyle/pSp encoder, 5 refinement iterations; the "
-                                          "StyleGAN2-ADA projector recipe: 1000 steps).")
-    projector_batch: int = parameter(64, "Images projected together (independent Adam problems that share one "
-                                         "random stream of exploration noise, so it acts like a seed besides "
-                                         "setting speed and memory). One CPU thread, 64 px `sg2-tiny`: 108 "
-                                         "image-steps/s at 8, 133 at 64; the 128 px `sg2-cpu64`: 43 at 8, 17 at "
-                                         "64.")
-    encoder_steps: int = parameter(400, "Training steps (16 cohort images each) of the W+ encoder compared with the "
+                                          "StyleGAN2-ADA projector recipe: 1000 steps; quick: 100, as the "
+                                          "trade-off chapter's, because one CPU thread projects 30 image-steps/s "
+                                          "into the 128 px generator: 200 steps for the private set took 27 "
+                                          "minutes).")
+    projector_batch: int = parameter(8, "Images projected together (independent Adam problems that share one "
+                                        "random stream of exploration noise, so it acts like a seed besides "
+                                        "setting speed and memory). One CPU thread, 64 px `sg2-tiny`: 108 "
+                                        "image-steps/s at 8, 133 at 64; the 128 px `sg2-cpu64`: 43 at 8, 17 at "
+                                        "64.")
+    encoder_steps: int = parameter(200, "Training steps (16 cohort images each) of the W+ encoder compared with the "
                                         "projector (the paper inverts with a ReStyle/pSp encoder; 0 skips the "
                                         "encoder).")
     encoder_refine_steps: int = parameter(50, "Projector steps started from the encoder's codes (the "
@@ -58,10 +61,9 @@ class Config(ChapterConfig):
                                                 "attacker, real and synthetic images alike, area-downsampled, never "
                                                 "enlarged); None: the generator's side. The inversion, the "
                                                 "alignment, the FD features and SIFT re-identification keep the "
-                                                "generator's side. Quick: 64, the quick generator's side, so nothing "
-                                                "is resized; with a 128 px generator it keeps the 51 classifiers of "
-                                                "a run at a quarter of the pixels (the paper's ResNet-50 reads its "
-                                                "releases at full size).")
+                                                "generator's side (quick: 64, a quarter of the pixels of the 128 px "
+                                                "releases, so that 39 DR classifiers and 12 attackers fit the quick "
+                                                "budget; the paper's ResNet-50 reads its releases at full size).")
     classifier_epochs: int = parameter(30, "Epochs of each DR classifier (selected on its own training set: the "
                                            "recipient of the synthetic data has no real images).")
     classifier_seeds: int = parameter(3, "DR classifiers trained per release with different seeds; utility is their "

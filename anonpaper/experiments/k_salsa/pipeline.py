@@ -29,7 +29,7 @@ one synthetic image per cluster by three methods -> fidelity, utility and privac
      quadratic weighted kappa; SEs from a test-patient bootstrap plus the spread between seeds); the same classifiers
      trained on the private real images are the reference;
      these classifiers and the membership attacker see real and synthetic images alike at
-     :func:`classifier_size` (``config.classifier_size``, never more than the generator's side);
+     :func:`classifier_size` (``config.classifier_size``; quick: 64 px of the 128 px releases);
    - privacy (:func:`membership_attack`, :func:`reidentification`): the clusters are split into attacker-train,
      attacker-validation and held-out clusters; a pair classifier on [synthetic, candidate] trained on the known
      clusters (the same number of training pairs at every k, ``config.attacker_budget``) scores every (held-out

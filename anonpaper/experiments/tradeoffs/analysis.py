@@ -30,6 +30,8 @@ THREAT_LABELS = {"linkage": "linkage (verification AUC)", "attribute": "sex infe
 COMPARED_WITH_BLUR = ("snow", "vs-snow", "k-same-pixel", "k-salsa", "sspace-vessel-edit", "stylespace", "gmia",
                       "identity-swap")
 REFERENCE = "blur"
+# Where the vessel edits' channel ranking came from (vessel_edit_releases' details["ranking"]).
+RANKING_SOURCES = {"cache": "stored by an earlier run, e.g. the vascular chapter", "computed": "found here"}
 
 
 def headline(config: Config) -> dict[str, tuple[str, str]]:
@@ -295,7 +297,8 @@ def learned_methods_markdown(outcome: Outcome) -> str:
             changes = ", ".join(f"{label} {value:.4f}" for label, value in details["change"].items())
             text = (f"the generators chapter's `{profile}` fundus StyleGAN2 ({details['resolution']} px, "
                     f"{details['generator_kimg']:g} kimg, {details['generator_source']}), vessel U-Net Dice "
-                    f"{details['vessel_unet_dice']:.3f}, top channel {tuple(details['top_channel'])}; projector PSNR "
+                    f"{details['vessel_unet_dice']:.3f}, top channel {tuple(details['top_channel'])} (ranking "
+                    f"{RANKING_SOURCES.get(details.get('ranking', ''), 'found here')}); projector PSNR "
                     f"{details['projection_psnr']:.1f} dB; mean absolute change of the edit ([0, 1] units): "
                     f"{changes}")
         elif "reconstruction_psnr" in details:  # GMIA

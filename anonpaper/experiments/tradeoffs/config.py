@@ -35,8 +35,10 @@ class Config(ChapterConfig):
     """Everything that determines the chapter's cohorts, releases, audits and claims (see the help texts)."""
 
     seed: int = parameter(0, "Seed of every random draw (cohorts, member patients, methods, attackers, bootstrap).")
-    image_size: int = parameter(64, "Square image side in pixels of both phantom cohorts (the fundus generator of "
-                                    "the quick profile draws 64 px images).")
+    image_size: int = parameter(64, "Square image side in pixels of both phantom cohorts. The learned fundus "
+                                    "methods invert the members at their generator's side (quick: 128 px) and "
+                                    "release them at this one; the attackers, which re-identify every unchanged "
+                                    "image at 64 px, would cost four times as much at 128 px.")
     fundus_patients: int = parameter(150, "Fundus phantom patients (2 or 3 images each).")
     cxr_patients: int = parameter(160, "Chest X-ray phantom patients (with fewer, the findings model trained on "
                                        "the members' originals lands near its floor at quick).")
@@ -71,9 +73,11 @@ class Config(ChapterConfig):
                                                  "methods use (02 generators, 03 vascular, 04 GMIA, 05 k-SALSA, 06 "
                                                  "disentanglement).")
     ksalsa_k_values: tuple = parameter((2, 5), "k of k-SALSA (clusters of at least k patients).")
-    projector_steps: int = parameter(200, "Projector Adam steps per image into W+ for the learned fundus methods "
-                                          "(k-SALSA, the vessel edit and StyleSpace: one inversion budget for all "
-                                          "three; their chapters: 200 at quick).")
+    projector_steps: int = parameter(100, "Projector Adam steps per image into W+ for the learned fundus methods "
+                                          "(k-SALSA, the vessel edit and StyleSpace; their chapters: 100 at quick). "
+                                          "One CPU thread projects about 43 image-steps/s into the 128 px fundus "
+                                          "generator: 100 steps for the fundus members take about 10 minutes per "
+                                          "inversion.")
     alignment_steps: int = parameter(40, "k-SALSA local style alignment Adam steps per cluster (the paper: 100).")
     vessel_alphas: tuple = parameter((0.5, 1.0), "Strengths alpha of paper 1's vessel edit (Eq. 11); StyleSpace is "
                                                  "stepped to the same image change (paper 1's Table 2: alpha 0.5).")

@@ -17,12 +17,12 @@ class Config(ChapterConfig):
 
     seed: int = parameter(0, "Seed of every random draw (sampled images, instruments, projector, bootstrap).")
     generators_profile: str = parameter("quick", "Profile of the generators chapter (02_generators) whose fundus "
-                                                 "generator this chapter edits (quick: 64 px tiny configs trained "
-                                                 "minutes on CPU; paper: the 256 px sg3t-paper256).")
+                                                 "generator this chapter edits (quick: the shipped 128 px StyleGAN2 "
+                                                 "trained on a CPU; paper: the 256 px sg3t-paper256).")
     generator: str = parameter("fundus-sg2", "Which of the generators chapter's fundus generators is edited: "
                                              "'fundus-sg3t' (paper 1's StyleGAN3-T; the paper profile) or "
                                              "'fundus-sg2' (quick: within the quick budget the CPU-trained "
-                                             "StyleGAN3-T draws no vessels at 64 px and the StyleGAN2 does; "
+                                             "StyleGAN3-T draws no vessels at 64 or 128 px and the StyleGAN2 does; "
                                              "StyleSpace was defined on StyleGAN2's S space).")
     dataset: str = parameter("phantom-retina", "Fundus dataset of the generator and of the real held-out images: "
                                                "'phantom-retina' or a real fundus dataset (the paper: 'odir-5k'), "
@@ -35,8 +35,8 @@ class Config(ChapterConfig):
                                                 "ODIR-5K 'paper1': 3000 training, 500 testing images).")
     vessel_data_root: str | None = parameter(None, "Folder of a DRIVE copy for the vessel U-Net (None: the "
                                                    "phantom's vessel masks, a domain gap on real photographs).")
-    score_images: int = parameter(64, "T, generated images whose contribution scores are averaged (paper Eq. 10: "
-                                      "T = 1000).")
+    score_images: int = parameter(32, "T, generated images whose contribution scores are averaged (paper Eq. 10: "
+                                      "T = 1000; quick: 32, about 4.5 minutes on two CPU threads at 128 px).")
     chunk_size: int = parameter(8, "S channels per vectorised forward-mode JVP (speed only; the scores do not "
                                    "depend on it).")
     score_image_batch: int | None = parameter(1, "Images per group of those JVPs, and of StyleSpace's (None: all "
@@ -54,11 +54,13 @@ class Config(ChapterConfig):
     real_images: int = parameter(64, "Real held-out images (of test patients with a second test image, which the "
                                      "attacker must find) inverted into W+ by the projector and edited; at least "
                                      "MIN_TEST_IMAGES for the claim on real images to be decided.")
-    projector_steps: int = parameter(200, "Projector Adam steps (the StyleGAN2-ADA recipe: 1000).")
-    projector_batch: int = parameter(16, "Real images projected together (independent Adam problems that share "
-                                         "one random stream of exploration noise and noise maps, so it acts like a "
-                                         "seed besides setting speed and memory; one CPU thread, the 128 px fundus "
-                                         "`sg2-cpu64`: 43 image-steps/s at 8, 37.5 at 16, 17 at 64).")
+    projector_steps: int = parameter(100, "Projector Adam steps (the StyleGAN2-ADA recipe: 1000; quick: 100, as the "
+                                          "k-SALSA and trade-off chapters', 4.5 minutes for the 64 real images at "
+                                          "200 steps on two CPU threads).")
+    projector_batch: int = parameter(8, "Real images projected together (independent Adam problems that share "
+                                        "one random stream of exploration noise and noise maps, so it acts like a "
+                                        "seed besides setting speed and memory; one CPU thread, the 128 px fundus "
+                                        "`sg2-cpu64`: 43 image-steps/s at 8, 37.5 at 16, 17 at 64).")
     projector_min_psnr: float = parameter(24.0, "Projector check: the smallest mean PSNR (dB) of the W+ "
                                                 "projections to their real targets. On the phantom the mean image "
                                                 "reaches 23 dB at 64 and at 128 px, and a Gaussian blur of the "
@@ -81,8 +83,9 @@ class Config(ChapterConfig):
     lesion_min_share: float = parameter(0.05, "Floor of the share of generated originals in the less frequent "
                                               "class of AMS's exudate label: a label that is (nearly) the same on "
                                               "every original cannot show an edit changing it.")
-    keypoint_epochs: int = parameter(5, "Epochs of the keypoint detector that stands in for SuperRetina (FS_SR; "
-                                        "about 40 CPU-s an epoch on the quick cohort).")
+    keypoint_epochs: int = parameter(3, "Epochs of the keypoint detector that stands in for SuperRetina (FS_SR; "
+                                        "about 60 s an epoch on two CPU threads at 128 px, the costliest of the "
+                                        "judges at quick).")
     keypoint_min_precision: float = parameter(0.5, "Floor of the keypoint detector's precision on the phantom's "
                                                    "known bifurcations and crossings (within 3 px): below it most "
                                                    "FS_SR keypoints are not vessel keypoints, and the FS_SR claims "
@@ -102,8 +105,9 @@ class Config(ChapterConfig):
     attacker_min_rank1: float = parameter(0.5, "Floor of the attacker's validation rank-1 (leave-one-out among "
                                                "held-out real images): an attacker under it does not re-identify "
                                                "unedited eyes, so its rank-1 on edits says nothing about privacy.")
-    judge_seeds: int = parameter(3, "Training seeds of the judges (the hard-exudate U-Net of AMS, the keypoint "
-                                    "detector of FS_SR, the re-identification attacker, the DR classifier): every "
+    judge_seeds: int = parameter(2, "Training seeds of the judges (quick: 2; the hard-exudate U-Net of AMS, the "
+                                    "keypoint detector of FS_SR, the re-identification attacker, the DR "
+                                    "classifier): every "
                                     "judged metric is measured with each seed's judges, every claim decided with "
                                     "each and the effects averaged, their spread added to the SE. The vessel U-Net, "
                                     "which the method's scores rest on, is trained once.")
@@ -114,10 +118,11 @@ class Config(ChapterConfig):
                                               "and its inverse, otherwise the Jacobian scores are scores of noise.")
     max_empty_masks: float = parameter(0.25, "Instrument check: the largest share of generated images in which the "
                                              "vessel U-Net finds no vessel pixel at all.")
-    ablation_kimg: float = parameter(2.0, "Thousands of real images each generator of the Table 3 loss ablation "
+    ablation_kimg: float = parameter(0.5, "Thousands of real images each generator of the Table 3 loss ablation "
                                           "(plain / +vessel / +lesion / +both; 0 skips it) trains on from the "
                                           "edited generator's checkpoint, identical but for the extra loss (the "
-                                          "paper trains each from scratch to convergence).")
+                                          "paper trains each from scratch to convergence; quick: 0.5, about 70 s "
+                                          "of two CPU threads per generator at 128 px).")
     ablation_eval_images: int = parameter(100, "Generated and real images per Table 3 metric.")
     min_test_images: int = parameter(50, "Smallest image set on which a claim is decided.")
     bootstrap: int = parameter(100, "Bootstrap resamples of the Frechet distances' standard errors.")

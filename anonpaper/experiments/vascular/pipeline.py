@@ -7,9 +7,11 @@ Stages of :func:`run` (each timed in ``Outcome.seconds``):
 1. the generator (:func:`load_fundus_generator`) and the cohort-trained instruments (:func:`load_instruments`:
    vessel and hard-exudate U-Nets, the keypoint detector of FS_SR, the re-identification attacker, and the DR
    classifier of the lesion utility, :func:`train_dr_classifier`);
-2. the instrument check: the vessel fraction the segmenter finds in generated images against real ones
-   (:func:`vessel_check`), and the vessel masks of generated images (:func:`vessel_masks`);
-3. contribution scores of every S channel on ``T`` generated images (:func:`score_channels`, Eq. 8-10);
+2. contribution scores of every S channel on ``T`` generated images (:func:`score_channels`, Eq. 8-10) with
+   their vessel masks (:func:`vessel_masks`) and StyleSpace's channel, stored for the edit outside the chapter
+   (:func:`vessel_ranking`);
+3. the instrument check: the vessel fraction the segmenter finds in generated images against real ones
+   (:func:`vessel_check`);
 4. the edits (:func:`edit_methods`): ours with the top channel and with several top channels (Eq. 11), and the
    StyleSpace / LowRankGAN / ReSeFa baselines, each step matched to the mean image change of our top-channel edit at
    the same alpha; at ``TABLE_ALPHA`` also a random and the median-ranked channel at the same image change
@@ -235,9 +237,8 @@ def train_dr_classifier(config, generator_config: GeneratorsConfig, progress: bo
 def _vessel_segmenter(config, generator_config: GeneratorsConfig, progress: bool) -> tuple[Any, Any, dict]:
     """``(cohort, trained vessel U-Net, training options)``: the vessel U-Net on :func:`vessel_cohort` with the
     generators chapter's settings (so its cache serves both chapters)."""
-    vessels, vessel_mask = vessel_cohort(generator_config)
-    options = {"epochs": config.segmenter_epochs, "patch_size": min(64, generator_config.image_size),
-               "patches_per_epoch": 384, "seed": generator_config.seed, "progress": progress}
+    vessels, vessel_mask, options = _segmenter_recipe(config, generator_config)
+    options["progress"] = progress
     return vessels, trained_segmenter(vessels, vessel_mask, **options), options
 
 
@@ -442,6 +443,104 @@ def score_table(scores: ChannelScores) -> pd.DataFrame:
     return frame.sort_values("rank").reset_index(drop=True)
 
 
+@dataclass
+class VesselRanking:
+    """The vessel edit's channel ranking on one generator: found by the chapter, reused by an edit outside it.
+
+    Attributes:
+        ws: ``(T, num_ws, w_dim)`` latents of the ``T`` score images; ``codes``: their S codes.
+        masks: ``(T, R, R)`` float32 vessel masks in {0, 1} of the score images (:func:`vessel_masks`).
+        fallback_masks: How many of them were empty and got the fallback mask.
+        fallback_fraction: The fallback masks' pixel share: the vessel-pixel share the U-Net finds in real training
+            images (at least 0.02).
+        scores: Every S channel's contribution score (Eq. 8-10, :func:`score_channels`).
+        stylespace: StyleSpace's channel scores on the first ``BASELINE_IMAGES`` score images (its baseline).
+        speed: The JVP speed of the run that computed the scores (:func:`score_channels`).
+        source: ``"computed"`` (in this call) or ``"cache"`` (stored by an earlier run).
+    """
+
+    ws: torch.Tensor
+    codes: StyleCodes
+    masks: torch.Tensor
+    fallback_masks: int
+    fallback_fraction: float
+    scores: ChannelScores
+    stylespace: ChannelScores
+    speed: dict
+    source: str
+
+
+def _segmenter_recipe(config, generator_config: GeneratorsConfig) -> tuple[Any, str, dict]:
+    """``(cohort, mask name, training options)`` of the vessel U-Net (:func:`_vessel_segmenter` trains it)."""
+    vessels, vessel_mask = vessel_cohort(generator_config)
+    options = {"epochs": config.segmenter_epochs, "patch_size": min(64, generator_config.image_size),
+               "patches_per_epoch": 384, "seed": generator_config.seed}
+    return vessels, vessel_mask, options
+
+
+def vessel_ranking(generator: StyleGenerator, trained: TrainedGenerator, segmenter: torch.nn.Module, config,
+                   generator_config: GeneratorsConfig, *, reuse: bool) -> VesselRanking:
+    """The contribution scores of every S channel on ``T = SCORE_IMAGES`` generated images, their vessel masks and
+    StyleSpace's channel, stored in the artifact cache (namespace ``vascular-ranking``).
+
+    The ranking is a property of the generator, the vessel U-Net and the scoring settings, not of the images an
+    edit is applied to: the chapter computes it (``reuse=False``: its JVP speed is then this run's) and stores it,
+    and :func:`~anonpaper.experiments.vascular.release.vessel_edit_releases` reuses it (``reuse=True``) when the
+    key matches: the generator (the shipped weights' hash or its cache key), the vessel U-Net's recipe and cohort,
+    the real cohort, ``SCORE_IMAGES``, ``BASELINE_IMAGES``, ``SEED``, ``CHUNK_SIZE`` and ``SCORE_IMAGE_BATCH``.
+    An empty mask gets the vessel-pixel share of ``max(T, 8)`` real training images (seeded) as its fallback.
+
+    Args:
+        generator: The trained generator (eval mode, no gradients on its parameters), as ``trained.generator``.
+        trained: Where it came from (its ``cache_key`` keys the ranking).
+        segmenter: The chapter's vessel U-Net (:func:`vessel_segmenter`; ``Instruments.vessel``).
+        config: This chapter's config; ``generator_config``: the generators chapter's, with this chapter's data.
+        reuse: Load a stored ranking when there is one (else compute and store it).
+    """
+    ws, codes = sample_codes(generator, config.score_images, derive_seed(config.seed, "score-images"))
+    vessels, vessel_mask, options = _segmenter_recipe(config, generator_config)
+    resolution = int(generator.resolution)
+    description = {"generator": {"kind": trained.kind, "key": trained.cache_key,
+                                 "stylegan": generator.config.description},
+                   "vessel_unet": {"cohort": cohort_description(vessels), "mask": vessel_mask, **options,
+                                   "cohort_size": generator_config.cohort_size},
+                   "real": cohort_description(kind_cohort(FUNDUS_IMAGES, generator_config)),
+                   "score_images": config.score_images, "baseline_images": config.baseline_images,
+                   "seed": config.seed, "chunk_size": config.chunk_size,
+                   "score_image_batch": config.score_image_batch}
+
+    def build() -> dict:
+        real = _as_float(load_images(FUNDUS_IMAGES, generator_config))
+        pick = np.sort(np.random.default_rng(derive_seed(config.seed, "mask-fallback")).choice(
+            len(real), min(len(real), max(config.score_images, 8)), replace=False))
+        fraction = float((segmenter_probability(segmenter, generator_config.cohort_size, real[pick]) >= 0.5)
+                         .float().mean())
+        probability = segmenter_probability(segmenter, generator_config.cohort_size, render(generator, codes))
+        masks, fallback = vessel_masks(probability, resolution, max(fraction, 0.02))
+        scores, speed = score_channels(generator, codes, masks, config.chunk_size, config.score_image_batch)
+        rows = slice(0, min(config.baseline_images, config.score_images))
+        stylespace = find_baselines(generator, ws[rows], codes.select(rows), masks[rows], config.chunk_size,
+                                    config.score_image_batch, methods=(STYLESPACE,)).stylespace_scores
+        return {"masks": masks.to(torch.uint8), "fallback_masks": fallback, "fallback_fraction": max(fraction, 0.02),
+                "scores": _score_tensors(scores), "stylespace": _score_tensors(stylespace), "speed": speed}
+
+    cache = ArtifactCache("vascular-ranking")
+    if reuse and cache.exists(description):
+        artifact, source = cache.load(description), "cache"
+    else:
+        artifact, source = build(), "computed"
+        cache.save(description, artifact)
+    layout = generator.style_layout
+    return VesselRanking(ws, codes, artifact["masks"].float(), int(artifact["fallback_masks"]),
+                         float(artifact["fallback_fraction"]), ChannelScores(**artifact["scores"], layout=layout),
+                         ChannelScores(**artifact["stylespace"], layout=layout), dict(artifact["speed"]), source)
+
+
+def _score_tensors(scores: ChannelScores) -> dict[str, torch.Tensor]:
+    """A :class:`ChannelScores` without its layout (the generator's), for the cache."""
+    return {"indices": scores.indices, "scores": scores.scores, "per_image": scores.per_image}
+
+
 def gradient_maps(generator: StyleGenerator, codes: StyleCodes, index: int) -> torch.Tensor:
     """``|dG(s)/ds_k|`` summed over colour, ``(N, R, R)``, of flat channel ``index`` (paper Fig. 5, column 2)."""
     layer, channel = codes.layout.locate(int(index))
@@ -524,7 +623,8 @@ def _gram_matrices(generator: StyleGenerator, ws: torch.Tensor, layers: tuple[in
 
 def find_baselines(generator: StyleGenerator, ws: torch.Tensor, codes: StyleCodes, masks: torch.Tensor,
                    chunk_size: int, image_batch_size: int | None = None,
-                   methods: tuple[str, ...] = (STYLESPACE, LOWRANK, RESEFA)) -> Baselines:
+                   methods: tuple[str, ...] = (STYLESPACE, LOWRANK, RESEFA),
+                   stylespace: ChannelScores | None = None) -> Baselines:
     """StyleSpace's channel and LowRankGAN's / ReSeFa's directions for the vessel region of ``T`` generated images.
 
     Args:
@@ -533,11 +633,11 @@ def find_baselines(generator: StyleGenerator, ws: torch.Tensor, codes: StyleCode
             as for the contribution scores (:func:`score_channels`).
         methods: The baselines wanted. StyleSpace's channel is always found; without LowRankGAN and ReSeFa their
             Jacobian Gram matrices are not computed and ``errors`` says so (the others are the same either way).
+        stylespace: StyleSpace's channel scores when already found on these images (:class:`VesselRanking`).
     """
-    resolution = generator.resolution
-    pooled = min(32, resolution)
-    stylespace = stylespace_channels(generator, codes, masks, pooled_size=pooled, chunk_size=chunk_size,
-                                     image_batch_size=image_batch_size, progress=False)
+    if stylespace is None:
+        stylespace = stylespace_channels(generator, codes, masks, pooled_size=min(32, generator.resolution),
+                                         chunk_size=chunk_size, image_batch_size=image_batch_size, progress=False)
     layers = middle_layers(generator.num_ws)
     errors: dict[str, str] = {method: "not requested" for method in (LOWRANK, RESEFA) if method not in methods}
     lowrank = resefa = None
@@ -1322,11 +1422,21 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
                               for replicate in range(1, config.judge_seeds)]
     lap("instruments")
 
+    # The contribution scores of every S channel on the T score images (Eq. 8-10), with their vessel masks and
+    # StyleSpace's channel: stored, so that the edit applied outside the chapter reuses this run's ranking.
+    ranked = vessel_ranking(generator, trained, instruments.vessel, config, generator_config, reuse=False)
+    ws_scored, codes_scored, masks_scored = ranked.ws, ranked.codes, ranked.masks
+    scores, speed = ranked.scores, ranked.speed
+    channels = score_table(scores)
+    ranking = scores.ranking.tolist()
+    top, several = ranking[:1], ranking[:config.several_channels]
+    statistics = style_statistics(generator, num_samples=1000, seed=derive_seed(config.seed, "style-statistics"))
+    lap("contribution scores")
+
     # The instrument check, on every generated image of the run (the T score images and the evaluation images)
     # against as many real training images: the vessel fraction is the generator's, and its claim needs
     # MIN_TEST_IMAGES images whatever T is; the empty masks are counted among the score images, whose masks the
     # scores use.
-    ws_scored, codes_scored = sample_codes(generator, config.score_images, derive_seed(config.seed, "score-images"))
     ws_eval, codes_eval = sample_codes(generator, config.eval_images, derive_seed(config.seed, "eval-images"))
     scored_images, eval_images = render(generator, codes_scored), render(generator, codes_eval)
     checked_images = torch.cat([scored_images, eval_images])
@@ -1334,27 +1444,17 @@ def run(config, generator_config: GeneratorsConfig, progress: bool = False) -> O
     pick = np.sort(np.random.default_rng(derive_seed(config.seed, "real-check")).choice(
         len(native_all), min(len(native_all), max(len(checked_images), 8)), replace=False))
     real_resampled = _as_float(load_images(FUNDUS_IMAGES, generator_config))[pick]
-    probability = vessel_probability(instruments, scored_images)
-    real_fraction = float((vessel_probability(instruments, real_resampled) >= 0.5).float().mean())
-    masks_scored, fallback = vessel_masks(probability, resolution, max(real_fraction, 0.02))
     vessels = vessel_check(instruments, checked_images, real_resampled, _as_float(native_all[pick]), config,
-                           fallback, masked_images=len(scored_images))
-    vessels["fallback_masks"] = fallback
+                           ranked.fallback_masks, masked_images=len(scored_images))
+    vessels["fallback_masks"] = ranked.fallback_masks
     vessels["T"] = config.score_images
     vessels["n"] = len(checked_images)
     lap("instrument check")
 
-    scores, speed = score_channels(generator, codes_scored, masks_scored, config.chunk_size,
-                                   config.score_image_batch)
-    channels = score_table(scores)
-    ranking = scores.ranking.tolist()
-    top, several = ranking[:1], ranking[:config.several_channels]
-    statistics = style_statistics(generator, num_samples=1000, seed=derive_seed(config.seed, "style-statistics"))
-    lap("contribution scores")
-
     base_rows = slice(0, min(config.baseline_images, config.score_images))
     baselines = find_baselines(generator, ws_scored[base_rows], codes_scored.select(base_rows),
-                               masks_scored[base_rows], config.chunk_size, config.score_image_batch)
+                               masks_scored[base_rows], config.chunk_size, config.score_image_batch,
+                               stylespace=ranked.stylespace)
     lap("baselines")
 
     # Edit sets: fresh generated images, and real held-out images inverted into W+.

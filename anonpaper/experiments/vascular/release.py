@@ -6,7 +6,9 @@
    trained first);
 2. the channel ranking on ``score_images`` generated images, exactly as the chapter finds it: vessel masks from the
    U-Net, Jacobian contribution scores of every S channel (Eq. 8-10); StyleSpace's channel and LowRankGAN's and
-   ReSeFa's directions on the first ``baseline_images`` of them;
+   ReSeFa's directions on the first ``baseline_images`` of them. The ranking and StyleSpace's channel depend on the
+   generator and the scoring settings only: the chapter stores them, and a release with the same generator and
+   settings reuses them (:func:`~anonpaper.experiments.vascular.pipeline.vessel_ranking`);
 3. each input image projected into W+ (the StyleGAN2-ADA projector recipe) and mapped to S;
 4. the edit: paper 1's top channel moved toward its mean by ``alpha`` (Eq. 11), or a baseline stepped so that its
    mean absolute image change on the first ``match_images`` images equals that of paper 1's edit at ``alpha`` (the
@@ -57,8 +59,9 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
 
     Returns:
         ``({(method, alpha): uint8 (N, H, H, 3)}, details)``; details hold the generator's source and kimg, the
-        vessel U-Net's Dice, the edited channel, the projection's mean PSNR (dB), the mean absolute change of each
-        edit at the generator's resolution and the seconds.
+        vessel U-Net's Dice, where the ranking came from (``"computed"`` or ``"cache"``), the edited channel, the
+        projection's mean PSNR (dB), the mean absolute change of each edit at the generator's resolution and the
+        seconds.
 
     Raises:
         ValueError: Images that are not square RGB uint8, an unknown method, an alpha outside [0, 1], or a
@@ -69,9 +72,7 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
     from anonpaper.experiments.vascular.config import Config
     from anonpaper.experiments.vascular.pipeline import (OURS, EditSet, edit_methods, find_baselines,
                                                          generators_config_for, load_fundus_generator, project_real,
-                                                         render, sample_codes, segmenter_probability,
-                                                         top_channel_edit, vessel_masks, vessel_segmenter)
-    from anonpaper.methods.jacobian_edit import contribution_scores
+                                                         top_channel_edit, vessel_ranking, vessel_segmenter)
     from anonpaper.metrics.quality import psnr
     from anonpaper.models.stylegan import style_statistics
     from anonpaper.runtime import derive_seed
@@ -93,24 +94,20 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
     resolution = int(generator.resolution)
     network, dice = vessel_segmenter(config, generator_config, progress)
 
-    # The ranking, as the chapter finds it: on generated images, whose vessels the U-Net reads.
-    log(f"vessel edit: scoring the S channels on {config.score_images} generated images")
-    ws_scored, codes_scored = sample_codes(generator, config.score_images, derive_seed(config.seed, "score-images"))
-    targets = to_unit(images, resolution)
-    # An image whose mask comes out empty gets the input images' vessel share of most vessel-like pixels.
-    real_fraction = float((segmenter_probability(network, generator_config.cohort_size, targets) >= 0.5)
-                          .float().mean())
-    masks, _ = vessel_masks(segmenter_probability(network, generator_config.cohort_size,
-                                                  render(generator, codes_scored)), resolution,
-                            max(real_fraction, 0.02))
-    top = contribution_scores(generator, codes_scored, masks, chunk_size=config.chunk_size,
-                              image_batch_size=config.score_image_batch, progress=False).ranking[:1].tolist()
+    # The ranking, as the chapter finds it (on generated images, whose vessels the U-Net reads): the chapter's own
+    # when it stored one for this generator and these settings.
+    ranked = vessel_ranking(generator, trained, network, config, generator_config, reuse=True)
+    origin = "stored by an earlier run" if ranked.source == "cache" else "computed and stored"
+    log(f"vessel edit: the S channels ranked on {config.score_images} generated images ({origin})")
+    top = ranked.scores.ranking[:1].tolist()
     statistics = style_statistics(generator, num_samples=1000, seed=derive_seed(config.seed, "style-statistics"))
     baselines = None
     if set(methods) - {OURS}:
         rows = slice(0, min(config.baseline_images, config.score_images))
-        baselines = find_baselines(generator, ws_scored[rows], codes_scored.select(rows), masks[rows],
-                                   config.chunk_size, config.score_image_batch, methods=tuple(methods))
+        baselines = find_baselines(generator, ranked.ws[rows], ranked.codes.select(rows), ranked.masks[rows],
+                                   config.chunk_size, config.score_image_batch, methods=tuple(methods),
+                                   stylespace=ranked.stylespace)
+    targets = to_unit(images, resolution)
 
     log(f"vessel edit: projecting {len(images)} images into W+ ({config.projector_steps} steps each)")
     ws, codes, reconstruction = project_real(generator, targets, config.projector_steps,
@@ -132,6 +129,7 @@ def vessel_edit_releases(images: np.ndarray, methods: Sequence[str], alphas: Seq
             changes[(method, float(alpha))] = float((edited - reconstruction).abs().mean())
             released[(method, float(alpha))] = to_uint8(edited, images.shape[1])
     details = {"generator_source": trained.source, "generator_kimg": float(trained.kimg), "resolution": resolution,
+               "ranking": ranked.source,
                "vessel_unet_dice": dice, "top_channel": list(codes.layout.locate(int(top[0]))),
                "projection_psnr": float(psnr(reconstruction, targets)),
                "change": {f"{method} alpha={alpha:g}": value for (method, alpha), value in changes.items()},
