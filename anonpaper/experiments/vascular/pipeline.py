@@ -513,15 +513,15 @@ def vessel_ranking(generator: StyleGenerator, trained: TrainedGenerator, segment
         real = _as_float(load_images(FUNDUS_IMAGES, generator_config))
         pick = np.sort(np.random.default_rng(derive_seed(config.seed, "mask-fallback")).choice(
             len(real), min(len(real), max(config.score_images, 8)), replace=False))
-        fraction = float((segmenter_probability(segmenter, generator_config.cohort_size, real[pick]) >= 0.5)
-                         .float().mean())
+        fraction = max(0.02, float((segmenter_probability(segmenter, generator_config.cohort_size, real[pick])
+                                    >= 0.5).float().mean()))
         probability = segmenter_probability(segmenter, generator_config.cohort_size, render(generator, codes))
-        masks, fallback = vessel_masks(probability, resolution, max(fraction, 0.02))
+        masks, fallback = vessel_masks(probability, resolution, fraction)
         scores, speed = score_channels(generator, codes, masks, config.chunk_size, config.score_image_batch)
         rows = slice(0, min(config.baseline_images, config.score_images))
         stylespace = find_baselines(generator, ws[rows], codes.select(rows), masks[rows], config.chunk_size,
                                     config.score_image_batch, methods=(STYLESPACE,)).stylespace_scores
-        return {"masks": masks.to(torch.uint8), "fallback_masks": fallback, "fallback_fraction": max(fraction, 0.02),
+        return {"masks": masks.to(torch.uint8), "fallback_masks": fallback, "fallback_fraction": fraction,
                 "scores": _score_tensors(scores), "stylespace": _score_tensors(stylespace), "speed": speed}
 
     cache = ArtifactCache("vascular-ranking")
