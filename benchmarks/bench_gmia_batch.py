@@ -44,7 +44,7 @@ FIELDS = ("profile", "resolution", "stylegan_config", "batch", "images", "steps"
           "ms_per_image_step_cpu", "fixed_s", "threads", "processor", "torch", "git_commit", "rounds", "timestamp")
 
 
-def networks(profile: str) -> tuple[torch.nn.Module, ...]:
+def networks(profile: str) -> tuple:
     """The GMIA chapter's encoder, generator, E_id and E_ut at ``profile`` with random weights (seed 0), the
     generator's config name and its :class:`StyleGANConfig`."""
     generators = study_config("02_generators", profile)
