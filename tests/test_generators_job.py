@@ -253,6 +253,24 @@ def test_a_resumed_run_keeps_its_evaluation_settings_unless_others_are_asked_for
                      progress=False, log=lambda _: None)
 
 
+def test_a_run_recorded_before_an_evaluation_setting_existed_resumes_with_its_old_value(tmp_path):
+    jobs.run_job(tiny_job(kimg=0.016), tmp_path, progress=False, log=lambda _: None)
+    run_json = tmp_path / "fundus-sg2.run" / "run.json"
+    recorded = json.loads(run_json.read_text())
+    assert recorded["evaluation"]["tree_min_area"] == 12 and "-p TREE_MIN_AREA 12" in recorded["command"]
+    for name in jobs.LEGACY_EVALUATION:  # as written before the vessel-tree statistics dropped small pieces
+        del recorded["evaluation"][name]
+    run_json.write_text(json.dumps(recorded))
+    later = tiny_job(kimg=0.032)
+    later = jobs.TrainingJob(later.kind, later.config, later.population_patients, later.population_seed,
+                             later.eval_kimg, given=frozenset())
+    lines = []
+    assert jobs.run_job(later, tmp_path, resume=True, progress=False, log=lines.append).finished
+    assert any("TREE_MIN_AREA: the run's 0 (default now 12)" in line for line in lines)
+    record = json.loads(run_json.read_text())
+    assert record["evaluation"]["tree_min_area"] == 0 and "-p TREE_MIN_AREA 0" in record["command"]
+
+
 def test_evaluation_curve_and_provenance_reach_the_chapter(tmp_path):
     lines = []
     outcome = jobs.run_job(tiny_job(eval_kimg=0.016), tmp_path, progress=False, log=lines.append)

@@ -70,7 +70,10 @@ DRIVING_FIELDS = ("total_steps", "output_dir", "progress", "checkpoint_every", "
                   "log_every", "sample_count", "batch_gpu")
 # Chapter parameters that only shape the evaluation curve (a resumed run must keep them: one curve, one protocol).
 EVALUATION_FIELDS = ("eval_images", "segmenter_epochs", "classifier_backbone", "classifier_epochs", "retina_patients",
-                     "cxr_patients", "vessel_data_root")
+                     "cxr_patients", "vessel_data_root", "tree_min_area", "tree_jpeg_quality")
+# What a run recorded before an evaluation field existed was evaluated with: the vessel-tree statistics counted
+# every mask piece (the JPEG floor's quality only adds rows, so the default is kept).
+LEGACY_EVALUATION = {"tree_min_area": 0, "tree_jpeg_quality": 90}
 LATEST_SAMPLES = "latest.png"  # a copy of the newest sample grid in the run folder
 REAL_SET = "real images of the chapter's cohort (patients outside the training population)"
 
@@ -181,6 +184,7 @@ class TrainingJob:
         Returns:
             The job, and one ``"NAME: run's VALUE (default now VALUE)"`` line per setting kept from the run.
         """
+        recorded = recorded_evaluation(recorded)
         kept = {name: recorded[name] for name in EVALUATION_FIELDS
                 if name in recorded and name not in self.given and recorded[name] != getattr(self.config, name)}
         if not kept:
@@ -282,6 +286,11 @@ def run_directory(out_dir: str | Path | None, kind: str) -> Path:
     return Path(out_dir if out_dir is not None else PROJECT_ROOT / "weights") / f"{kind}.run"
 
 
+def recorded_evaluation(recorded: dict[str, Any]) -> dict[str, Any]:
+    """A run's recorded evaluation settings, with the :data:`LEGACY_EVALUATION` value of each field it predates."""
+    return {**LEGACY_EVALUATION, **recorded}
+
+
 def _differences(expected: Any, found: Any, prefix: str = "") -> list[str]:
     """Leaf paths where two JSON-like values differ (``a.b: expected X, run has Y``)."""
     if isinstance(expected, dict) and isinstance(found, dict):
@@ -363,8 +372,8 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
         raise RunMismatch(f"{run_dir} has a checkpoint but no run.json: not a run of this job; delete it or use "
                           "another --out")
     if record is not None:
-        differences = _differences(identity, record.get("identity")) + _differences(evaluation,
-                                                                                    record.get("evaluation"))
+        record["evaluation"] = recorded_evaluation(record.get("evaluation") or {})  # spelled out from now on
+        differences = _differences(identity, record.get("identity")) + _differences(evaluation, record["evaluation"])
         if differences:
             raise RunMismatch(f"{run_dir / 'run.json'} is another run than the one asked for: "
                               + "; ".join(differences[:8]) + ("; ..." if len(differences) > 8 else ""))

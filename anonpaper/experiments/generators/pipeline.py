@@ -18,6 +18,7 @@ masks, or a DRIVE copy at ``VESSEL_DATA_ROOT`` (:func:`vessel_cohort`); real dat
 
 from __future__ import annotations
 
+import io
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -453,7 +454,7 @@ SKELETON_STATISTICS = {
 }
 
 
-def skeleton_statistics(masks: np.ndarray) -> dict[str, float]:
+def skeleton_statistics(masks: np.ndarray, min_area: int = 0) -> dict[str, float]:
     """What separates a vessel tree from scattered strokes: the skeletons' length, pieces and junctions.
 
     A fundus image's vessels are a few connected trees rooted at the disc, so their skeleton comes in few long
@@ -462,6 +463,8 @@ def skeleton_statistics(masks: np.ndarray) -> dict[str, float]:
 
     Args:
         masks: (N, H, W) boolean vessel masks.
+        min_area: Mask pieces (8-connected) of fewer pixels are dropped first: the specks of a few pixels that
+            faint noise or compression adds to a segmentation would otherwise each count as a piece (0: none).
 
     Returns:
         The :data:`SKELETON_STATISTICS`, each a float: ``length_per_image`` (pixels), ``pieces_per_image``,
@@ -475,22 +478,31 @@ def skeleton_statistics(masks: np.ndarray) -> dict[str, float]:
         >>> stats = skeleton_statistics(masks)
         >>> stats["pieces_per_image"], stats["length_per_piece"], stats["junctions_per_image"]
         (2.0, 11.5, 0.0)
+        >>> masks[0, 2, 2] = True           # a one-pixel speck: a piece of its own, unless dropped
+        >>> skeleton_statistics(masks)["pieces_per_image"], skeleton_statistics(masks, min_area=3)["pieces_per_image"]
+        (2.5, 2.0)
     """
-    return aggregate_skeletons(skeleton_rows(masks))
+    return aggregate_skeletons(skeleton_rows(masks, min_area))
 
 
-def skeleton_rows(masks: np.ndarray) -> np.ndarray:
+def skeleton_rows(masks: np.ndarray, min_area: int = 0) -> np.ndarray:
     """Per image: skeleton length (pixels), connected pieces, largest piece's share of the length (NaN without a
     skeleton) and junctions; float64 (N, 4). :func:`aggregate_skeletons` turns rows into the statistics, so a
-    bootstrap can resample images."""
+    bootstrap can resample images. ``min_area``: as in :func:`skeleton_statistics`."""
     from scipy import ndimage
     from skimage.morphology import skeletonize
 
     masks = np.asarray(masks)
     if masks.ndim != 3 or masks.dtype != bool:
         raise ValueError(f"skeleton_statistics expects (N, H, W) boolean masks, got {masks.dtype} {masks.shape}")
+    if not isinstance(min_area, (int, np.integer)) or min_area < 0:
+        raise ValueError(f"min_area must be an integer >= 0, got {min_area!r}")
     rows = []
     for mask in masks:
+        if min_area > 1:
+            pieces, _ = ndimage.label(mask, structure=np.ones((3, 3)))
+            areas = np.bincount(pieces.ravel())
+            mask = (areas >= min_area)[pieces] & mask
         skeleton = skeletonize(mask)
         labels, count = ndimage.label(skeleton, structure=np.ones((3, 3)))
         length = int(skeleton.sum())
@@ -512,6 +524,36 @@ def aggregate_skeletons(rows: np.ndarray) -> dict[str, float]:
 
 # The two skeleton statistics the vessel-tree check compares (generated vs real, relative difference).
 TREE_STATISTICS = ("length_per_piece", "junctions_per_image")
+
+
+def jpeg_round_trip(images: torch.Tensor, quality: int) -> torch.Tensor:
+    """The images saved as JPEG at ``quality`` and read back (Pillow's libjpeg, 4:2:0 chroma for RGB): the
+    degradation that public fundus and chest X-ray collections ship with.
+
+    Args:
+        images: (N, C, H, W) float in [0, 1], C = 1 or 3.
+        quality: JPEG quality in [1, 95].
+
+    Returns:
+        (N, C, H, W) float32 in [0, 1], multiples of 1/255.
+
+    Example:
+        >>> flat = torch.full((1, 3, 16, 16), 0.5)
+        >>> float((jpeg_round_trip(flat, 90) - flat).abs().max()) < 0.01
+        True
+    """
+    from PIL import Image
+
+    if images.ndim != 4 or images.shape[1] not in (1, 3):
+        raise ValueError(f"jpeg_round_trip expects (N, 1 or 3, H, W) images, got {tuple(images.shape)}")
+    pixels = (images.detach().cpu().clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+    out = []
+    for image in pixels:
+        buffer = io.BytesIO()
+        Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image).save(buffer, format="JPEG", quality=quality)
+        decoded = np.asarray(Image.open(io.BytesIO(buffer.getvalue())), dtype=np.float32) / 255.0
+        out.append(decoded.reshape(image.shape))
+    return torch.from_numpy(np.stack(out)).permute(0, 3, 1, 2).contiguous()
 
 
 def relative_difference(generated: float, real: float) -> float:
@@ -618,6 +660,7 @@ def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: 
     if side >= 16:
         add("SWD", swd(real, fake, seed=config.seed).value, "Laplacian-pyramid 7x7 descriptors, x1e3 (progressive GAN)")
     masks = {name: segment(segmenter, at_cohort_size[name]) >= MASK_THRESHOLD for name in ("real", "generated")}
+    is_fundus = KINDS[kind][0] == PHANTOM_FUNDUS  # vessels form trees; lungs do not
     per_image = {name: mask.reshape(len(mask), -1).mean(1).astype(np.float64) for name, mask in masks.items()}
     for name, fractions in per_image.items():
         add(f"{mask_name}_fraction/{name}", float(fractions.mean()),
@@ -628,13 +671,25 @@ def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: 
         two_sample_bootstrap_se(per_image["real"], per_image["generated"],
                                 lambda real_rows, fake_rows: relative_difference(fake_rows.mean(), real_rows.mean()),
                                 resamples, seed), bootstrap + "; (generated - real) / real")
-    if KINDS[kind][0] == PHANTOM_FUNDUS:  # vessels form trees; lungs do not
-        skeletons = {name: skeleton_rows(mask) for name, mask in masks.items()}
+    if is_fundus:
+        # The tree check's own floor: the same real images saved as JPEG must read as the same trees.
+        quality = config.tree_jpeg_quality
+        masks["real_jpeg"] = segment(segmenter, to_cohort_size(jpeg_round_trip(real, quality), config, kind)) \
+            >= MASK_THRESHOLD
+        skeletons = {name: skeleton_rows(mask, config.tree_min_area) for name, mask in masks.items()}
+        cleaned = (f"; mask pieces under {config.tree_min_area} px dropped" if config.tree_min_area > 1 else "")
         for name, rows_of_set in skeletons.items():
             for statistic, value in aggregate_skeletons(rows_of_set).items():
                 add(f"{mask_name}_skeleton/{statistic}/{name}", value,
-                    f"{mask_name} U-Net masks (threshold {MASK_THRESHOLD:g}) skeletonised; "
-                    f"{SKELETON_STATISTICS[statistic]}")
+                    f"{mask_name} U-Net masks (threshold {MASK_THRESHOLD:g}){cleaned} skeletonised; "
+                    f"{SKELETON_STATISTICS[statistic]}"
+                    + (f"; the real images saved as JPEG at quality {quality}" if name == "real_jpeg" else ""))
+        real_statistics, saved = aggregate_skeletons(skeletons["real"]), aggregate_skeletons(skeletons["real_jpeg"])
+        changes = [abs(relative_difference(saved[statistic], real_statistics[statistic]))
+                   for statistic in TREE_STATISTICS]
+        add(f"{mask_name}_skeleton/jpeg_change", max(changes) if all(map(math.isfinite, changes)) else float("nan"),
+            f"largest |relative change| of the tree statistics ({', '.join(TREE_STATISTICS)}) of the real images "
+            f"when saved as JPEG at quality {quality}")
         for statistic in TREE_STATISTICS:
             def relative(real_rows, fake_rows, statistic=statistic):
                 return relative_difference(aggregate_skeletons(fake_rows)[statistic],
