@@ -28,8 +28,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from result_rows import append_rows
-
 from anonpaper.experiments.generators.config import Config
 from anonpaper.experiments.generators.pipeline import (MASK_THRESHOLD, TREE_STATISTICS, aggregate_skeletons,
                                                        evaluation_instruments, evaluation_reals, generate,
@@ -118,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"U-Net validation Dice {info['val_dice']:.3f}; TREE_MIN_AREA by the rule: {chosen} "
           f"(the chapter's default: {Config().tree_min_area})")
     if not args.no_write:
+        from result_rows import append_rows  # beside this script; on sys.path when it runs as a script
+
         append_rows(RESULTS, FIELDS, rows)
         print(f"{len(rows)} rows -> {RESULTS}")
     return 0
