@@ -34,6 +34,7 @@ from anonpaper.experiments.generators.pipeline import (MASK_THRESHOLD, TREE_STAT
                                                        jpeg_round_trip, load_shipped_generator, relative_difference,
                                                        skeleton_rows, to_cohort_size)
 from anonpaper.methods.baselines import gaussian_noise
+from anonpaper.metrics.quality import mse
 from anonpaper.runtime import git_sha
 from anonpaper.train.segmenter import segment
 
@@ -69,7 +70,8 @@ def degraded(real: torch.Tensor, seed: int) -> dict[str, torch.Tensor]:
 
 
 def psnr_db(images: torch.Tensor, reference: torch.Tensor) -> float:
-    error = float(((images - reference) ** 2).mean())
+    """PSNR of the whole set (pooled squared error; images in [0, 1]), inf for identical sets."""
+    error = float(mse(images, reference))
     return float("inf") if error == 0 else 10 * float(np.log10(1.0 / error))
 
 
