@@ -231,6 +231,17 @@ def test_a_run_is_never_overwritten_or_resumed_as_another(tmp_path):
         jobs.run_job(tiny_job(kimg=0.016), tmp_path, resume=True, progress=False, log=lambda _: None)
 
 
+def test_a_run_folder_without_its_checkpoint_is_refused_not_restarted(tmp_path):
+    jobs.run_job(tiny_job(kimg=0.016), tmp_path, progress=False, log=lambda _: None)
+    run_dir = tmp_path / "fundus-sg2.run"
+    (run_dir / "checkpoint.pt").unlink()
+    recorded = (run_dir / "run.json").read_bytes()
+    with pytest.raises(jobs.RunMismatch, match=r"checkpoint\.pt is missing, but .*run\.json records training to "
+                                               r"0\.016 kimg"):
+        jobs.run_job(tiny_job(kimg=0.032), tmp_path, resume=True, progress=False, log=lambda _: None)
+    assert (run_dir / "run.json").read_bytes() == recorded  # left as it was
+
+
 def test_a_resumed_run_keeps_its_evaluation_settings_unless_others_are_asked_for(tmp_path):
     jobs.run_job(tiny_job(kimg=0.016), tmp_path, progress=False, log=lambda _: None)
     run_json = tmp_path / "fundus-sg2.run" / "run.json"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,11 @@ pytestmark = pytest.mark.unit
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "weights"
 SHIPPED = sorted(WEIGHTS.glob("*.pt"))
-RUNS = sorted(path for path in WEIGHTS.glob("*.run") if path.is_dir())
+# The shipped runs, and the candidates' runs still training (weights/candidates/NAME/KIND.run, committed so that
+# training goes on in a later session).
+RUNS = sorted(path for pattern in ("*.run", "candidates/*/*.run") for path in WEIGHTS.glob(pattern) if path.is_dir())
+#: What the GPU machines are sent: a copy of the tracked tree, refused above this size.
+TRAVELLING_TREE_LIMIT = 64 * 2 ** 20
 
 
 def job_of(command: str):
@@ -50,7 +55,7 @@ def test_shipped_weights_verify_draw_images_and_name_the_command_that_trains_the
     assert {**job.population.description(), "key": record["population"]["key"]} == record["population"]
 
 
-@pytest.mark.parametrize("run_dir", RUNS, ids=lambda path: path.name)
+@pytest.mark.parametrize("run_dir", RUNS, ids=lambda path: str(path.relative_to(WEIGHTS)))
 def test_a_shipped_run_resumes_as_the_same_run_with_its_recorded_command(run_dir):
     record = json.loads((run_dir / "run.json").read_text())
     job, _ = job_of(record["command"]).keeping_evaluation(record["evaluation"])  # as --resume does
@@ -63,4 +68,20 @@ def test_a_shipped_run_resumes_as_the_same_run_with_its_recorded_command(run_dir
     assert all(point["kimg"] <= kimg + 1e-9 for point in record["curve"])
     assert sum(session["train_seconds"] for session in record["sessions"]) == pytest.approx(
         record["train_seconds"], abs=1.0)
-    assert kimg < job.kimg or (WEIGHTS / f"{run_dir.stem}.pt").exists()  # finished runs have exported
+    assert kimg < job.kimg or (run_dir.parent / f"{run_dir.stem}.pt").exists()  # finished runs have exported
+
+
+def test_the_tracked_tree_fits_what_a_gpu_machine_is_sent():
+    """Checkpoints committed to resume a run grow the tree that the GPU check travels in; past the limit no GPU
+    session could start from this project."""
+    root = WEIGHTS.parent
+    listing = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=False)
+    if listing.returncode != 0:
+        pytest.skip("not a git checkout")
+    files = [root / name for name in listing.stdout.decode().split("\0") if name]
+    sizes = {path: path.stat().st_size for path in files if path.is_file()}
+    largest = sorted(sizes, key=sizes.get, reverse=True)[:3]
+    assert sum(sizes.values()) < TRAVELLING_TREE_LIMIT, (
+        f"tracked files total {sum(sizes.values()) / 2 ** 20:.1f} MiB, over the {TRAVELLING_TREE_LIMIT / 2 ** 20:g} "
+        f"MiB a GPU machine is sent; largest: " + ", ".join(f"{path.relative_to(root)} "
+                                                           f"({sizes[path] / 2 ** 20:.1f} MiB)" for path in largest))

@@ -316,6 +316,13 @@ def _checkpoint_step(run_dir: Path) -> int:
     return int(state["step"]) if state is not None else 0
 
 
+def _recorded_kimg(record: dict[str, Any]) -> float:
+    """How far a run.json says its run trained: its last session's end, or its last evaluation (older records)."""
+    ends = [float(item.get("to_kimg") or 0.0) for item in record.get("sessions") or []]
+    ends += [float(point.get("kimg") or 0.0) for point in record.get("curve") or []]
+    return max(ends, default=0.0)
+
+
 def _jsonable(value: Any) -> Any:
     """Round-trip through JSON (tuples become lists), so a fresh identity compares equal to a stored one."""
     return json.loads(json.dumps(value, default=str))
@@ -345,7 +352,8 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
 
     Raises:
         RunMismatch: The run folder holds another job (the message lists what differs), or exists without
-            ``resume``, or its checkpoint is past the target kimg.
+            ``resume``, or its checkpoint is past the target kimg, or missing while its ``run.json`` records
+            training.
     """
     if minutes is not None and not minutes > 0:
         raise ValueError(f"minutes must be > 0 (or None for no limit), got {minutes!r}")
@@ -380,6 +388,12 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
     elif resume:
         say(f"{run_dir}: no run to resume; starting one")
     step = _checkpoint_step(run_dir)
+    if record is not None and step == 0 and _recorded_kimg(record) > 0:
+        # Resuming would train from scratch under the old curve: a run folder copied or committed without its
+        # checkpoint (or a checkpoint left out to keep a tree small) is refused instead.
+        raise RunMismatch(f"{run_dir / 'checkpoint.pt'} is missing, but {run_dir / 'run.json'} records training to "
+                          f"{_recorded_kimg(record):g} kimg: put the checkpoint back (a committed one: git checkout "
+                          f"COMMIT -- {run_dir / 'checkpoint.pt'}) or delete {run_dir} to start again")
     total = job.steps
     if step > total:
         raise RunMismatch(f"{run_dir / 'checkpoint.pt'} is at {job.kimg_of(step):g} kimg, past the target "
