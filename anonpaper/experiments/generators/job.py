@@ -388,11 +388,12 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
     elif resume:
         say(f"{run_dir}: no run to resume; starting one")
     step = _checkpoint_step(run_dir)
-    if record is not None and step == 0 and _recorded_kimg(record) > 0:
+    recorded_kimg = _recorded_kimg(record) if record is not None else 0.0
+    if step == 0 and recorded_kimg > 0:
         # Resuming would train from scratch under the old curve: a run folder copied or committed without its
         # checkpoint (or a checkpoint left out to keep a tree small) is refused instead.
         raise RunMismatch(f"{run_dir / 'checkpoint.pt'} is missing, but {run_dir / 'run.json'} records training to "
-                          f"{_recorded_kimg(record):g} kimg: put the checkpoint back (a committed one: git checkout "
+                          f"{recorded_kimg:g} kimg: put the checkpoint back (a committed one: git checkout "
                           f"COMMIT -- {run_dir / 'checkpoint.pt'}) or delete {run_dir} to start again")
     total = job.steps
     if step > total:
