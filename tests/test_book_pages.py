@@ -84,12 +84,17 @@ def test_provenance_says_whether_the_chapter_ran_at_the_books_commit():
 def test_the_ledger_shows_structured_fields_when_a_record_has_them():
     structured = claim("s", "undecided", rule="directional", effect=0.12, se=0.08, z=2.0, quantity="accuracy drop",
                        instruments=[{"name": "attacker accuracy", "value": 0.52, "floor": 0.6,
-                                     "higher_is_better": True, "passed": False}])
+                                     "higher_is_better": True, "passed": False},
+                                    {"name": "verification AUC", "value": 0.757, "floor": 0.75, "seed_sd": 0.045,
+                                     "seeds": 3, "higher_is_better": True, "passed": False}])
     retention = claim("r", "holds", rule="retention", effect=-0.01, se=0.01, z=2.0, margin=0.05, quantity="F1 loss")
     text = claims_ledger_markdown([record([structured, retention, claim("old", "holds")])], "quick")
     row = next(line for line in text.splitlines() if "(`s`)" in line)
     assert "accuracy drop +0.12 ± 0.08 (directional: beyond 2 SE)" in row
     assert "attacker accuracy 0.52 (floor >= 0.6: **missed its floor**)" in row
+    # A mean over seeds above its floor that fails shows the bound it failed on.
+    assert ("verification AUC 0.757 (floor >= 0.75, mean of 3 seeds, SD 0.045, less 2 SE: 0.705: "
+            "**missed its floor**)") in row
     assert "F1 loss -0.01 ± 0.01 (retention: loss within margin 0.05)" in text
     old = next(line for line in text.splitlines() if "(`old`)" in line)
     assert old.endswith("| holds: reason old |"), "records without the fields keep their reason"

@@ -147,6 +147,11 @@ def test_an_instrument_averaged_over_seeds_must_clear_its_floor_beyond_their_spr
     assert not ceiling.passed
     claim = decide("c", "A beats B", paper=">", ours=1, rule="directional", effect=0.5, se=0.1, instruments=[lucky])
     assert claim.verdict == UNDECIDED and "mean of 3 seeds, SD 0.2" in claim.reason
+    # The mean clears its floor; the reason says what fails it, the bound the floor is checked against.
+    assert "attacker rank-1 0.6 (mean of 3 seeds, SD 0.2), less 2 SE: 0.3691 < floor 0.5" in claim.reason
+    assert ceiling.describe() == "empty masks 0.1 (mean of 4 seeds, SD 0.12), plus 2 SE: 0.22 > floor 0.2"
+    assert steady.as_dict()["bound"] == pytest.approx(0.6 - 2 * 0.02 / math.sqrt(3))
+    assert "bound" not in Instrument("attacker rank-1", 0.6, 0.5).as_dict()
     record = claim.as_dict()
     assert check_record({"claims": [record]}) == []
     # The record check reads the spread: a record that drops it while keeping `passed` false is caught.

@@ -86,8 +86,8 @@ class Instrument:
         True
         >>> Instrument("attacker rank-1", 0.62, 0.5, seed_sd=0.05, seeds=3).passed  # 0.62 - 2 * 0.029 >= 0.5
         True
-        >>> Instrument("attacker rank-1", 0.55, 0.5, seed_sd=0.1, seeds=3).describe()
-        'attacker rank-1 0.55 (mean of 3 seeds, SD 0.1) < floor 0.5'
+        >>> Instrument("attacker rank-1", 0.55, 0.5, seed_sd=0.1, seeds=3).describe()  # the mean clears 0.5
+        'attacker rank-1 0.55 (mean of 3 seeds, SD 0.1), less 2 SE: 0.4345 < floor 0.5'
     """
 
     name: str
@@ -108,32 +108,69 @@ class Instrument:
         """Whether the measured value reaches the floor (False for a value that is NaN or missing)."""
         return instrument_passes(self.value, self.floor, self.higher_is_better, self.seed_sd, self.seeds)
 
+    @property
+    def bound(self) -> float:
+        """What the floor is checked against: :func:`seed_bound` of ``value`` (``value`` itself for one network)."""
+        return seed_bound(self.value, self.seed_sd, self.seeds, self.higher_is_better)
+
     def describe(self) -> str:
-        """E.g. ``"vessel segmenter Dice 0.21 < floor 0.5"``."""
+        """E.g. ``"vessel segmenter Dice 0.21 < floor 0.5"``; for the mean of several seeds, the bound the floor is
+        checked against is written out, so that a mean above its floor that fails reads as it is decided."""
         sign = (">=" if self.passed else "<") if self.higher_is_better else ("<=" if self.passed else ">")
-        spread = f" (mean of {self.seeds} seeds, SD {_number(self.seed_sd)})" if self.seeds > 1 else ""
-        return f"{self.name} {_number(self.value)}{spread} {sign} floor {_number(self.floor)}"
+        text = f"{self.name} {_number(self.value)}"
+        if self.seeds > 1:
+            side = "less" if self.higher_is_better else "plus"
+            text += (f" (mean of {self.seeds} seeds, SD {_number(self.seed_sd)}), {side} {_number(DECISION_Z)} SE: "
+                     f"{_number(self.bound)}")
+        return f"{text} {sign} floor {_number(self.floor)}"
 
     def as_dict(self) -> dict[str, Any]:
         entry = {"name": self.name, "value": _plain_float(self.value), "floor": float(self.floor),
                  "higher_is_better": self.higher_is_better, "passed": self.passed}
         if self.seeds > 1:
-            entry.update(seed_sd=_plain_float(self.seed_sd), seeds=self.seeds)
+            entry.update(seed_sd=_plain_float(self.seed_sd), seeds=self.seeds, bound=_plain_float(self.bound))
         return entry
+
+
+def seed_bound(value: Any, seed_sd: Any = 0.0, seeds: Any = 1, higher_is_better: bool = True) -> float:
+    """The value an instrument's floor is checked against: for the mean of ``seeds`` networks, that mean moved
+    ``DECISION_Z`` standard errors (``seed_sd / sqrt(seeds)``) away from the passing side (down for a floor, up for
+    a ceiling); for one network, ``value`` itself.
+
+    Args:
+        value: The instrument's value (the mean over seeds); missing or non-finite gives NaN.
+        seed_sd: Standard deviation of the value between seeds (ignored for one seed; non-finite gives an
+            unbounded band: -inf for a floor, +inf for a ceiling).
+        seeds: How many networks ``value`` is the mean of (missing, NaN or < 1 reads as one: a table row that no
+            replicate filled).
+        higher_is_better: True for a floor, False for a ceiling.
+
+    Returns:
+        The bound (a float; NaN when ``value`` is not a finite number).
+
+    Example:
+        >>> round(seed_bound(0.757, 0.045, 3), 3)  # 0.757 - 2 * 0.045 / sqrt(3)
+        0.705
+        >>> round(seed_bound(0.1, 0.02, 4, higher_is_better=False), 3), seed_bound(0.8, 0.3, 1)
+        (0.12, 0.8)
+    """
+    count = _float_or_nan(seeds)
+    seeds = int(count) if math.isfinite(count) and count >= 1 else 1
+    value, spread = _float_or_nan(value), _float_or_nan(seed_sd) if seeds > 1 else 0.0
+    if not math.isfinite(value):
+        return float("nan")
+    band = DECISION_Z * spread / math.sqrt(seeds) if math.isfinite(spread) else float("inf")
+    return value - band if higher_is_better else value + band
 
 
 def instrument_passes(value: Any, floor: float, higher_is_better: bool = True, seed_sd: Any = 0.0,
                       seeds: Any = 1) -> bool:
     """Whether ``value`` reaches ``floor`` (a missing or non-finite value never does); for the mean of ``seeds``
-    networks, beyond ``DECISION_Z`` standard errors of that mean (``seed_sd / sqrt(seeds)``; see
-    :class:`Instrument`)."""
-    count = _float_or_nan(seeds)  # a table row that no replicate filled reads NaN: one network
-    seeds = int(count) if math.isfinite(count) and count >= 1 else 1
-    value, spread = _float_or_nan(value), _float_or_nan(seed_sd) if seeds > 1 else 0.0
-    if not math.isfinite(value):
+    networks, beyond ``DECISION_Z`` standard errors of that mean (:func:`seed_bound`; see :class:`Instrument`)."""
+    bound = seed_bound(value, seed_sd, seeds, higher_is_better)
+    if math.isnan(bound):
         return False
-    band = DECISION_Z * spread / math.sqrt(seeds) if math.isfinite(spread) else float("inf")
-    return value - band >= floor if higher_is_better else value + band <= floor
+    return bound >= floor if higher_is_better else bound <= floor
 
 
 def combine_replicate_tables(tables: Sequence[pd.DataFrame], keys: Sequence[str]) -> pd.DataFrame:

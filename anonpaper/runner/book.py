@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterable
 import yaml
 
 from anonpaper.cache import atomic_write_bytes
+from anonpaper.experiments.claims import DECISION_Z, seed_bound
 from anonpaper.experiments.display import BookTable, claim_verdict, format_value
 from anonpaper.runner.record import changed_modules, read_record, results_from_older_code
 from anonpaper.runner.studies import Registry
@@ -252,7 +253,12 @@ def _instruments_text(claim: dict[str, Any]) -> str:
         sign = ">=" if instrument.get("higher_is_better", True) else "<="
         mark = "passed" if instrument.get("passed") else "**missed its floor**"
         seeds = instrument.get("seeds") or 1
-        spread = f", mean of {seeds} seeds, SD {format_value(instrument.get('seed_sd'))}" if seeds > 1 else ""
+        spread = ""
+        if seeds > 1:  # the floor is checked against the mean less its seed noise: say so, with that bound
+            higher = instrument.get("higher_is_better", True)
+            bound = seed_bound(instrument.get("value"), instrument.get("seed_sd"), seeds, higher)
+            spread = (f", mean of {seeds} seeds, SD {format_value(instrument.get('seed_sd'))}, "
+                      f"{'less' if higher else 'plus'} {format_value(DECISION_Z)} SE: {format_value(bound)}")
         shown.append(f"{instrument['name']} {format_value(instrument.get('value'))} (floor {sign} "
                      f"{format_value(instrument.get('floor'))}{spread}: {mark})")
     return "; ".join(shown)
