@@ -373,7 +373,20 @@ def generators_train_job(args):
                         seed=args.seed, batch_size=args.batch, checkpoint_kimg=args.checkpoint_kimg,
                         population_patients=args.population_patients, population_seed=args.population_seed,
                         eval_kimg=DEFAULT_EVAL_KIMG if args.eval_kimg is None else args.eval_kimg,
-                        parameters=_options(args.param))
+                        parameters=_options(args.param), changes=_changes(args.change))
+
+
+def _changes(items: list[str] | None) -> dict:
+    """``--change NAME=VALUE`` options as ``{name: value}`` (values parsed as YAML)."""
+    changes = {}
+    for item in items or []:
+        name, sign, value = item.partition("=")
+        if not sign or not name.strip():
+            raise UsageError(f"--change takes NAME=VALUE (a StyleGAN config or training recipe field), got {item!r}")
+        if name.strip() in changes:
+            raise UsageError(f"--change {name.strip()} is given twice")
+        changes[name.strip()] = _parse_value(value)
+    return changes
 
 
 def _cmd_generators_population(args) -> int:
@@ -583,6 +596,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--population-seed", type=int, default=0, help="the training population's own seed (default 0)")
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="another generators chapter parameter, e.g. -p EVAL_IMAGES 100 (value parsed as YAML)")
+    p.add_argument("--change", action="append", metavar="NAME=VALUE",
+                   help="change a field of the StyleGAN config or of its training recipe, for a sweep, e.g. "
+                        "--change generator_lr=0.001 --change sg3_first_cutoff=4.0 (value parsed as YAML; the "
+                        "run's identity records it, so a resumed run must ask for the same)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the best available)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_generators_train)

@@ -5,6 +5,7 @@ weights' checks, `load_shipped_generator`, and `anonpaper generate`."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from anonpaper.cli import main
+from anonpaper.cli import build_parser, generators_train_job, main
 from anonpaper.data import load_cohort
 from anonpaper.data import population as populations
 from anonpaper.data.population import ID_PREFIX, PopulationSpec, load_population, population_table
@@ -332,11 +333,42 @@ def test_chest_xray_job_trains_grayscale_on_its_own_population(tmp_path):
     ({"resolution": 48}, "IMAGE_SIZE must be a power of two"),
     ({"eval_kimg": -1}, "eval_kimg must be a number >= 0"),
     ({"population_patients": 0}, "n_patients must be a positive integer"),
+    ({"changes": {"resolution": 64}}, r"GENERATOR_CHANGES\['fundus-sg2'\]: \['resolution'\] cannot be changed"),
+    ({"changes": {"seed": 3}}, r"\['seed'\] cannot be changed here"),
+    ({"changes": {"generator_lr": -1.0}}, r"GENERATOR_CHANGES\['fundus-sg2'\]: .*generator_lr must be >= 0"),
+    ({"changes": {"channel_max": 0}}, r"GENERATOR_CHANGES\['fundus-sg2'\]: channel_max must be a positive"),
+    ({"changes": {"r1_gamma": 2.0}, "parameters": {"GENERATOR_CHANGES": {"fundus-sg2": {"r1_gamma": 1.0}}}},
+     "GENERATOR_CHANGES is given twice"),
+    ({"parameters": {"GENERATOR_CHANGES": {"fundus-sg4": {"r1_gamma": 1.0}}}}, "unknown generator kind 'fundus-sg4'"),
+    ({"parameters": {"GENERATOR_CHANGES": {"fundus-sg2": {}}}}, "must be a non-empty mapping"),
 ])
 def test_training_job_refuses_bad_options(changes, message):
     options = {"kind": "fundus-sg2", **changes}
     with pytest.raises(ValueError, match=message):
         jobs.training_job(options.pop("kind"), **options)
+
+
+def test_changes_reach_the_architecture_the_recipe_the_identity_and_the_command():
+    job = tiny_job("fundus-sg3t", changes={"generator_lr": 0.001, "sg3_first_cutoff": 4.0})
+    stylegan, recipe = job.config.stylegan_config("fundus-sg3t"), job.recipe()
+    assert stylegan.sg3_first_cutoff == 4.0 and stylegan.resolution == 32 and recipe["generator_lr"] == 0.001
+    plain = tiny_job("fundus-sg3t")
+    assert plain.recipe()["generator_lr"] != 0.001 and plain.recipe()["ada_kimg"] == recipe["ada_kimg"] == 100.0
+    assert job.identity("key") != plain.identity("key")
+    assert job.config.stylegan_config("fundus-sg2") == plain.config.stylegan_config("fundus-sg2")  # other kinds kept
+    # The recorded command asks for the same run (as a committed run's resume is checked).
+    again = generators_train_job(build_parser().parse_args(shlex.split(job.command())[1:]))
+    assert "--change=generator_lr=0.001" in job.command() and again.identity("key") == job.identity("key")
+    assert "--change" not in plain.command()
+
+
+def test_a_changed_generator_never_loads_shipped_weights(shipped, capsys):
+    config, path = shipped
+    asked = chapter.Config(weights_dir=str(path.parent), fundus_sg2_config="sg2-tiny", image_size=32,
+                           generator_changes={"fundus-sg2": {"r1_gamma": 5.0}})
+    assert chapter.load_shipped_generator("fundus-sg2", asked) is None
+    assert "GENERATOR_CHANGES changes its config or recipe" in capsys.readouterr().out
+    assert chapter.load_shipped_generator("fundus-sg2", asked.replace(generator_changes=None)) is not None
 
 
 # -- shipped weights: what the chapters' loading path refuses -------------------------------------------------------
@@ -461,3 +493,8 @@ def test_generators_train_command_trains_resumes_and_refuses(tmp_path, capsys):
     assert main(command + ["--minutes", "0"]) == 2 and "--minutes must be > 0" in capsys.readouterr().err
     assert main(["generators", "train", "cxr-sg9", "--out", str(tmp_path)]) == 2
     assert "unknown generator kind" in capsys.readouterr().err
+    # A resumed run asked with another recipe is another run: refused, naming what differs.
+    assert main(command + ["--resume", "--change", "r1_gamma=3"]) == 2
+    assert "training.r1_gamma: asked 3" in capsys.readouterr().err
+    for change, message in (("r1_gamma", "--change takes NAME=VALUE"), ("resolution=64", "cannot be changed here")):
+        assert main(command + ["--change", change]) == 2 and message in capsys.readouterr().err

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from anonpaper.experiments.chapter import ChapterConfig, parameter
-from anonpaper.models.stylegan.config import get_config, list_configs
+from anonpaper.models.stylegan.config import StyleGANConfig, get_config, list_configs
 
 PHANTOM_FUNDUS = "phantom-retina"
+
+# What GENERATOR_CHANGES may not set: the chapter's own parameters and the run's schedule set these (image size and
+# channels, batch, augmentation, seeds, steps, checkpoints, folders).
+FIXED_ARCHITECTURE_FIELDS = ("architecture", "resolution", "image_channels", "description")
+FIXED_RECIPE_FIELDS = ("total_steps", "batch_size", "batch_gpu", "augment", "seed", "checkpoint_every",
+                       "sample_every", "metrics_every", "log_every", "sample_count", "output_dir", "progress")
 
 # The three generators the GAN chapters share: kind -> (dataset, config field of its StyleGAN config, of its kimg,
 # image channels).
@@ -123,6 +130,12 @@ class Config(ChapterConfig):
     train_if_weights_refused: bool = parameter(False, "Train instead of stopping when a shipped weights file is "
                                                       "refused (corrupt, truncated or of another kind; a file "
                                                       "of another config is not used: trained instead).")
+    generator_changes: dict | None = parameter(None, "Changes to a generator's StyleGAN config and training recipe, "
+                                                     "per kind, for sweeps beyond the named configs, e.g. "
+                                                     "{'fundus-sg3t': {'generator_lr': 0.001, 'sg3_first_cutoff': "
+                                                     "4.0}} (fields of StyleGANConfig and GANTrainingConfig; None: "
+                                                     "the named config with its official recipe). A changed "
+                                                     "generator never loads shipped weights.")
     device: str | None = parameter(None, "Device: None picks CUDA when available, else 'cpu' or 'cuda:N'.")
 
     def __post_init__(self):
@@ -188,8 +201,19 @@ class Config(ChapterConfig):
         if self.classifier_backbone not in CLASSIFIER_NAMES:
             raise ValueError(f"CLASSIFIER_BACKBONE must be one of {CLASSIFIER_NAMES}, got {self.classifier_backbone!r}")
         check_data_parameters(self)
+        check_generator_changes(self.generator_changes)
         for kind in KINDS:
-            architecture = self.stylegan_config(kind).architecture
+            try:
+                architecture = self.stylegan_config(kind).architecture
+                recipe = self.changes_of(kind)[1]
+                if recipe:
+                    from anonpaper.train.gan import GANTrainingConfig
+
+                    GANTrainingConfig.for_stylegan_config(getattr(self, KINDS[kind][1]), **recipe)
+            except (TypeError, ValueError) as error:
+                if self.changes_of(kind) == ({}, {}):
+                    raise
+                raise ValueError(f"GENERATOR_CHANGES[{kind!r}]: {error}") from error
             expected = "sg3t" if kind.endswith("sg3t") else "sg2"
             if architecture != expected:
                 raise ValueError(f"{KINDS[kind][1].upper()} must be a {expected} config, got "
@@ -200,7 +224,17 @@ class Config(ChapterConfig):
         if kind not in KINDS:
             raise ValueError(f"unknown generator kind {kind!r}; expected one of {sorted(KINDS)}")
         _, config_field, _, channels = KINDS[kind]
-        return get_config(getattr(self, config_field), resolution=self.image_size_of(kind), image_channels=channels)
+        architecture, _ = self.changes_of(kind)
+        return get_config(getattr(self, config_field), resolution=self.image_size_of(kind), image_channels=channels,
+                          **architecture)
+
+    def changes_of(self, kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(StyleGAN config changes, training recipe changes)`` that ``GENERATOR_CHANGES`` asks of generator
+        ``kind`` (both empty by default)."""
+        changes = (self.generator_changes or {}).get(kind) or {}
+        architecture_fields = {item.name for item in dataclasses.fields(StyleGANConfig)}
+        architecture = {name: value for name, value in changes.items() if name in architecture_fields}
+        return architecture, {name: value for name, value in changes.items() if name not in architecture}
 
     def image_size_of(self, kind: str) -> int:
         """Image side of generator ``kind``: ``CXR_IMAGE_SIZE`` for the chest X-ray one, else ``IMAGE_SIZE``."""
@@ -250,6 +284,34 @@ class Config(ChapterConfig):
         """Image side of the fundus cohorts (:meth:`cohort_size_of` a fundus kind), where the fundus chapters'
         instruments work."""
         return self.cohort_size_of("fundus-sg2")
+
+
+def check_generator_changes(changes: Any) -> None:
+    """Validate ``GENERATOR_CHANGES``: None, or a mapping from generator kinds to mappings of field names (of
+    :class:`~anonpaper.models.stylegan.config.StyleGANConfig` or :class:`~anonpaper.train.gan.GANTrainingConfig`,
+    less those the chapter sets) to values (checked when the configs are built).
+
+    Raises:
+        ValueError: Naming the kind or field that is not allowed, and what is.
+    """
+    if changes is None:
+        return
+    if not isinstance(changes, dict):
+        raise ValueError(f"GENERATOR_CHANGES must be None or a mapping kind -> {{field: value}}, got {changes!r}")
+    from anonpaper.train.gan import GANTrainingConfig  # torch: only when changes are asked for
+
+    allowed = sorted({item.name for item in dataclasses.fields(StyleGANConfig)} - set(FIXED_ARCHITECTURE_FIELDS)
+                     | {item.name for item in dataclasses.fields(GANTrainingConfig)} - set(FIXED_RECIPE_FIELDS))
+    for kind, fields in changes.items():
+        if kind not in KINDS:
+            raise ValueError(f"GENERATOR_CHANGES: unknown generator kind {kind!r}; expected one of {sorted(KINDS)}")
+        if not isinstance(fields, dict) or not fields:
+            raise ValueError(f"GENERATOR_CHANGES[{kind!r}] must be a non-empty mapping field -> value, got {fields!r}")
+        unknown = sorted(name for name in fields if name not in allowed)
+        if unknown:
+            raise ValueError(f"GENERATOR_CHANGES[{kind!r}]: {unknown} cannot be changed here (the chapter's "
+                             f"parameters set size, channels, batch, augmentation, seeds and schedule); fields that "
+                             f"can: {', '.join(allowed)}")
 
 
 def check_data_parameters(config) -> None:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,6 +170,8 @@ class TrainingJob:
                  f"--checkpoint-kimg {config.checkpoint_kimg:g}"]
         if config.augment != Config().augment:
             parts.append(f"-p AUGMENT {config.augment!r}")
+        for name, value in sorted(((config.generator_changes or {}).get(self.kind) or {}).items()):
+            parts.append(shlex.quote(f"--change={name}={value!r}"))
         # The evaluation is spelled out whole, so that the command gives the same curve whatever the defaults become.
         parts += [f"-p {name.upper()} {getattr(config, name)!r}" for name in EVALUATION_FIELDS
                   if getattr(config, name) is not None]
@@ -198,9 +201,11 @@ def training_job(kind: str, *, kimg: float | None = None, resolution: int | None
                  stylegan_config: str | None = None, seed: int | None = None, batch_size: int | None = None,
                  checkpoint_kimg: float | None = None, population_patients: int | None = None,
                  population_seed: int = 0, eval_kimg: float = DEFAULT_EVAL_KIMG,
-                 parameters: dict[str, Any] | None = None) -> TrainingJob:
+                 parameters: dict[str, Any] | None = None, changes: dict[str, Any] | None = None) -> TrainingJob:
     """A :class:`TrainingJob` from the command line's options: the chapter's defaults (``quick``), with
-    ``parameters`` (chapter parameter names, e.g. ``{"EVAL_IMAGES": 100}``) and the named options on top.
+    ``parameters`` (chapter parameter names, e.g. ``{"EVAL_IMAGES": 100}``) and the named options on top;
+    ``changes`` (``--change``, e.g. ``{"generator_lr": 0.001}``) change ``kind``'s StyleGAN config or recipe
+    (``GENERATOR_CHANGES`` of ``kind``).
 
     Raises:
         ValueError: An unknown kind or parameter, an option given twice (named and in ``parameters``), or an
@@ -226,6 +231,10 @@ def training_job(kind: str, *, kimg: float | None = None, resolution: int | None
         if name in values:
             raise ValueError(f"{name.upper()} is given twice (as an option and as a parameter)")
         values[name] = value
+    if changes:
+        if "generator_changes" in values:
+            raise ValueError("GENERATOR_CHANGES is given twice (as --change and as a parameter)")
+        values["generator_changes"] = {kind: dict(changes)}
     return TrainingJob(kind, Config(**values), population_patients, population_seed, eval_kimg,
                        given=frozenset(values))
 

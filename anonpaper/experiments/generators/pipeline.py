@@ -176,14 +176,15 @@ def to_generator_size(images: np.ndarray, side: int) -> np.ndarray:
 def training_config(kind: str, config: Config, output_dir: str | None = None,
                     progress: bool = True) -> GANTrainingConfig:
     """The trainer's settings for generator ``kind``: its config's official recipe (``TRAINING_RECIPES``; the
-    architecture's defaults for CPU configs), with this chapter's batch, augmentation and schedule."""
+    architecture's defaults for CPU configs), with this chapter's batch, augmentation and schedule, and the recipe
+    changes of ``GENERATOR_CHANGES``."""
     checkpoint_every = max(1, int(round(config.checkpoint_kimg * 1000 / config.batch_size)))
+    chapter = dict(ada_kimg=100.0, mixed_precision=True)
     return GANTrainingConfig.for_stylegan_config(
         getattr(config, KINDS[kind][1]), total_steps=config.total_steps(kind), batch_size=config.batch_size,
-        augment=config.augment, ada_kimg=100.0, seed=derive_seed(config.seed, "generator", kind), mixed_precision=True,
+        augment=config.augment, seed=derive_seed(config.seed, "generator", kind),
         checkpoint_every=checkpoint_every if output_dir else 0, metrics_every=checkpoint_every,
-        output_dir=output_dir, log_every=1,
-        progress=progress)
+        output_dir=output_dir, log_every=1, progress=progress, **{**chapter, **config.changes_of(kind)[1]})
 
 
 def generator_description(kind: str, config: Config) -> dict[str, Any]:
@@ -273,7 +274,8 @@ def load_shipped_generator(kind: str, config_or_spec: Config | StyleGANConfig, *
     Returns:
         A :class:`TrainedGenerator` with ``source == "weights"``, ``weights_file`` (the file, to name on the page)
         and ``provenance`` (its JSON record, metric curve included), or None when there is no weights file for
-        ``kind`` (or the config's weights learned another dataset, which is printed).
+        ``kind`` (or the config's weights learned another dataset, or its ``GENERATOR_CHANGES`` change ``kind``;
+        either is printed).
 
     Raises:
         WeightsRefused: A corrupt, truncated or mismatched file (hash, kind, config, channels, resolution), naming
@@ -291,6 +293,11 @@ def load_shipped_generator(kind: str, config_or_spec: Config | StyleGANConfig, *
         raise TypeError(f"config_or_spec must be the generators chapter's Config or a StyleGANConfig, got "
                         f"{type(config_or_spec).__name__}")
     if directory is None:
+        return None
+    if isinstance(config_or_spec, Config) and config_or_spec.changes_of(kind) != ({}, {}):
+        # A recipe change leaves the architecture, so the file would verify: the weights learned another recipe.
+        print(f"shipped weights of {kind} not used: GENERATOR_CHANGES changes its config or recipe "
+              f"({config_or_spec.generator_changes[kind]})")
         return None
     shipped = load_weights(directory, kind, expected, device)
     if shipped is None:
@@ -660,7 +667,6 @@ def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: 
     if side >= 16:
         add("SWD", swd(real, fake, seed=config.seed).value, "Laplacian-pyramid 7x7 descriptors, x1e3 (progressive GAN)")
     masks = {name: segment(segmenter, at_cohort_size[name]) >= MASK_THRESHOLD for name in ("real", "generated")}
-    is_fundus = KINDS[kind][0] == PHANTOM_FUNDUS  # vessels form trees; lungs do not
     per_image = {name: mask.reshape(len(mask), -1).mean(1).astype(np.float64) for name, mask in masks.items()}
     for name, fractions in per_image.items():
         add(f"{mask_name}_fraction/{name}", float(fractions.mean()),
@@ -671,20 +677,21 @@ def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: 
         two_sample_bootstrap_se(per_image["real"], per_image["generated"],
                                 lambda real_rows, fake_rows: relative_difference(fake_rows.mean(), real_rows.mean()),
                                 resamples, seed), bootstrap + "; (generated - real) / real")
-    if is_fundus:
+    if KINDS[kind][0] == PHANTOM_FUNDUS:  # vessels form trees; lungs do not
         # The tree check's own floor: the same real images saved as JPEG must read as the same trees.
         quality = config.tree_jpeg_quality
         masks["real_jpeg"] = segment(segmenter, to_cohort_size(jpeg_round_trip(real, quality), config, kind)) \
             >= MASK_THRESHOLD
         skeletons = {name: skeleton_rows(mask, config.tree_min_area) for name, mask in masks.items()}
         cleaned = (f"; mask pieces under {config.tree_min_area} px dropped" if config.tree_min_area > 1 else "")
-        for name, rows_of_set in skeletons.items():
-            for statistic, value in aggregate_skeletons(rows_of_set).items():
+        aggregated = {name: aggregate_skeletons(rows_of_set) for name, rows_of_set in skeletons.items()}
+        for name, statistics in aggregated.items():
+            for statistic, value in statistics.items():
                 add(f"{mask_name}_skeleton/{statistic}/{name}", value,
                     f"{mask_name} U-Net masks (threshold {MASK_THRESHOLD:g}){cleaned} skeletonised; "
                     f"{SKELETON_STATISTICS[statistic]}"
                     + (f"; the real images saved as JPEG at quality {quality}" if name == "real_jpeg" else ""))
-        real_statistics, saved = aggregate_skeletons(skeletons["real"]), aggregate_skeletons(skeletons["real_jpeg"])
+        real_statistics, saved = aggregated["real"], aggregated["real_jpeg"]
         changes = [abs(relative_difference(saved[statistic], real_statistics[statistic]))
                    for statistic in TREE_STATISTICS]
         add(f"{mask_name}_skeleton/jpeg_change", max(changes) if all(map(math.isfinite, changes)) else float("nan"),
