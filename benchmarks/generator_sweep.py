@@ -1,20 +1,25 @@
-"""Width sweep of a CPU-trained generator at equal wall time, judged by the vessel-tree check.
+"""Sweep of CPU-trained generators at equal wall time, judged by the vessel-tree check.
 
-Trains each StyleGAN config (``--configs``) as ``anonpaper generators train KIND`` does, for the same number of
-minutes and on one thread each, and tabulates every evaluation of each run up to the training seconds that all of
-them reached (equal wall time): FD and SWD of the cohort-trained U-Net's features, k-NN precision / recall, the
-vessel fraction and the vessel-tree statistics beside the real images', the label distance, and ``tree_distance``,
-the largest relative difference of the tree check's statistics (skeleton length per connected piece, junctions per
-image; the generators chapter's claim holds when it is within ``TREE_TOLERANCE`` beyond noise). The config whose
-last row within equal wall time has the smaller ``tree_distance`` is the one to train on.
+Each variant is a StyleGAN config, optionally with fields of the config or of its training recipe changed
+(``CONFIG:FIELD=VALUE,FIELD=VALUE``, as ``anonpaper generators train --change`` takes them): widths, learning
+rates, R1 gamma, the StyleGAN3 cutoff schedule. Each is trained as ``anonpaper generators train KIND`` does, for the
+same number of minutes and on one thread, and every evaluation of each run up to the training seconds that all of
+them reached (equal wall time) is tabulated: FD and SWD of the cohort-trained U-Net's features, k-NN precision /
+recall, the vessel fraction and the vessel-tree statistics beside the real images', the label distance, and
+``tree_distance``, the largest relative difference of the tree check's statistics (skeleton length per connected
+piece, junctions per image; the generators chapter's claim holds when it is within ``TREE_TOLERANCE`` beyond noise).
+The variant whose last row within equal wall time has the smaller ``tree_distance`` is the one to train on.
 
-Rows go to ``benchmarks/results/generator_width_sweep.csv`` with the widths (feature maps at each resolution) and
-parameter counts of every config, the thread count, processor and commit.
+Rows go to ``benchmarks/results/generator_sweep.csv`` with the variant's changes, the widths (feature maps at each
+resolution) and parameter counts, the thread count, processor and commit.
 
 Usage:
-    python benchmarks/generator_width_sweep.py --configs sg2-cpu64 sg2-cpu128 --resolution 128 --minutes 33 \\
-        --out /tmp/sweep                                   # train both (start them side by side: --only NAME)
-    python benchmarks/generator_width_sweep.py --runs /tmp/sweep/sg2-cpu64/fundus-sg2.run \\
+    python benchmarks/generator_sweep.py --configs sg2-cpu64 sg2-cpu128 --resolution 128 --minutes 33 \\
+        --out /tmp/sweep                                   # train both (start them side by side: --only VARIANT)
+    python benchmarks/generator_sweep.py --kind fundus-sg3t --configs sg3t-tiny \\
+        "sg3t-tiny:generator_lr=0.001,discriminator_lr=0.001" sg3t-tiny:sg3_first_cutoff=4.0 --minutes 30 \\
+        --out /tmp/sg3t                                    # a recipe and cutoff sweep of one config
+    python benchmarks/generator_sweep.py --runs /tmp/sweep/sg2-cpu64/fundus-sg2.run \\
         /tmp/sweep/sg2-cpu128/fundus-sg2.run               # tabulate finished or running run folders
 """
 
@@ -25,6 +30,7 @@ import csv
 import json
 import math
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -35,14 +41,14 @@ from anonpaper.experiments.generators.job import run_job, training_job
 from anonpaper.experiments.generators.pipeline import TREE_STATISTICS, relative_difference
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGANConfig, StyleGenerator
 
-RESULTS = Path(__file__).resolve().parent / "results" / "generator_width_sweep.csv"
+RESULTS = Path(__file__).resolve().parent / "results" / "generator_sweep.csv"
 METRICS = ("FD-vessel-unet", "SWD", "precision", "recall", "vessel_fraction/generated", "vessel_fraction/real",
            "vessel_skeleton/length_per_piece/generated", "vessel_skeleton/length_per_piece/real",
            "vessel_skeleton/junctions_per_image/generated", "vessel_skeleton/junctions_per_image/real",
            "vessel_skeleton/largest_piece/generated", "vessel_skeleton/largest_piece/real", "labels/distance")
-FIELDS = ["config", "resolution", "widths", "generator_params", "discriminator_params", "kimg", "train_seconds",
-          "s_per_kimg", *[name.replace("/", "_") for name in METRICS], "tree_distance", "equal_seconds", "threads",
-          "processor", "git_commit", "timestamp"]
+FIELDS = ["config", "changes", "resolution", "widths", "generator_params", "discriminator_params", "kimg",
+          "train_seconds", "s_per_kimg", *[name.replace("/", "_") for name in METRICS], "tree_distance",
+          "equal_seconds", "threads", "processor", "git_commit", "timestamp"]
 
 
 def widths(config: StyleGANConfig) -> str:
@@ -67,6 +73,35 @@ def config_name(record: dict) -> str:
     return match.group(1)
 
 
+def changes_of(record: dict) -> str:
+    """The run's ``--change`` fields from its command, ``"generator_lr=0.001 sg3_first_cutoff=4.0"`` (empty: none)."""
+    return " ".join(token[len("--change="):] for token in shlex.split(record.get("command", ""))
+                    if token.startswith("--change="))
+
+
+def parse_variant(text: str) -> tuple[str, dict]:
+    """``"CONFIG:FIELD=VALUE,..."`` as ``(config name, {field: value})`` (values parsed as YAML).
+
+    Raises:
+        ValueError: A change that is not ``FIELD=VALUE``, naming it.
+    """
+    import yaml
+
+    name, _, listed = text.partition(":")
+    changes = {}
+    for item in filter(None, listed.split(",")):
+        field, sign, value = item.partition("=")
+        if not sign or not field:
+            raise ValueError(f"variant {text!r}: {item!r} is not FIELD=VALUE")
+        changes[field] = yaml.safe_load(value)
+    return name, changes
+
+
+def variant_folder(name: str, changes: dict) -> str:
+    """The variant's run folder name: the config, then ``+field=value`` per change."""
+    return name + "".join(f"+{field}={value}" for field, value in changes.items())
+
+
 def rows_of_runs(run_dirs: list[Path]) -> list[dict]:
     """One row per evaluation of each run, up to the training seconds every run reached (equal wall time)."""
     records = []
@@ -84,7 +119,8 @@ def rows_of_runs(run_dirs: list[Path]) -> list[dict]:
         for point in record["curve"]:
             if point["train_seconds"] > equal + 1e-6:
                 continue
-            row = {"config": config_name(record), "resolution": config.resolution, "widths": widths(config),
+            row = {"config": config_name(record), "changes": changes_of(record), "resolution": config.resolution,
+                   "widths": widths(config),
                    "generator_params": sum(p.numel() for p in generator.parameters()),
                    "discriminator_params": sum(p.numel() for p in discriminator.parameters()),
                    "kimg": point["kimg"], "train_seconds": round(point["train_seconds"], 1),
@@ -104,13 +140,14 @@ def rows_of_runs(run_dirs: list[Path]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", nargs="+", default=["sg2-cpu64", "sg2-cpu128"])
+    parser.add_argument("--configs", nargs="+", default=["sg2-cpu64", "sg2-cpu128"],
+                        help="variants: CONFIG or CONFIG:FIELD=VALUE,... (StyleGAN config or training recipe fields)")
     parser.add_argument("--kind", default="fundus-sg2")
     parser.add_argument("--resolution", type=int, default=128)
     parser.add_argument("--minutes", type=float, default=33.0, help="training minutes per config")
     parser.add_argument("--eval-kimg", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=None, help="folder of the runs (one sub-folder per config)")
-    parser.add_argument("--only", default=None, help="train this config only (to run the configs side by side)")
+    parser.add_argument("--only", default=None, help="train this variant only (to run the variants side by side)")
     parser.add_argument("--runs", nargs="+", type=Path, default=None, help="tabulate these run folders, no training")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -119,12 +156,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--out is needed to train (or --runs to tabulate existing run folders)")
         torch.set_num_threads(1)  # one thread per run, so two runs share a 2-core machine without spin-waiting
         run_dirs = []
-        for name in args.configs:
+        for variant in args.configs:
+            name, changes = parse_variant(variant)
             job = training_job(args.kind, kimg=1000, resolution=args.resolution, stylegan_config=name,
-                               eval_kimg=args.eval_kimg)
-            if args.only in (None, name):
-                run_job(job, args.out / name, minutes=args.minutes, resume=True)
-            run_dirs.append(args.out / name / f"{args.kind}.run")
+                               eval_kimg=args.eval_kimg, changes=changes)
+            folder = args.out / variant_folder(name, changes)
+            if args.only in (None, variant):
+                run_job(job, folder, minutes=args.minutes, resume=True)
+            run_dirs.append(folder / f"{args.kind}.run")
         if args.only is not None:
             return 0
     else:
@@ -132,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = rows_of_runs(run_dirs)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     new_file = not args.output.exists()
+    if not new_file:
+        with args.output.open(newline="") as handle:
+            header = next(csv.reader(handle), [])
+        if header != FIELDS:
+            raise ValueError(f"{args.output}: its columns are not this script's ({len(header)} against "
+                             f"{len(FIELDS)}); give another --output")
     with args.output.open("a", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=FIELDS)
         if new_file:
@@ -139,12 +184,12 @@ def main(argv: list[str] | None = None) -> int:
         writer.writerows(rows)
     last = {}
     for row in rows:
-        last[row["config"]] = row
+        last[" ".join(filter(None, (row["config"], row["changes"])))] = row
     for name, row in last.items():
         print(f"{name} ({row['widths']}): {row['kimg']:g} kimg in {row['train_seconds']:.0f} s, tree distance "
               f"{row['tree_distance']}, FD {row.get('FD-vessel-unet', '')}")
-    best = min(last.values(), key=lambda row: row["tree_distance"])
-    print(f"closest vessel trees at equal wall time ({best['equal_seconds']:.0f} s): {best['config']}")
+    best = min(last, key=lambda name: last[name]["tree_distance"])
+    print(f"closest vessel trees at equal wall time ({last[best]['equal_seconds']:.0f} s): {best}")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The width sweep's table: rows up to equal wall time, the tree check's binding statistic, the widths."""
+"""The generator sweep's table: rows up to equal wall time, the tree check's binding statistic, the widths and
+the recipe changes of each variant."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 from anonpaper.models.stylegan import get_config
 
 
-def _run(folder, name, config, points):
-    run_dir = folder / name / "fundus-sg2.run"
+def _run(folder, name, config, points, changes=""):
+    run_dir = folder / (name + changes.replace(" ", "+")) / "fundus-sg2.run"
     run_dir.mkdir(parents=True)
     curve = [{"step": index, "kimg": kimg, "train_seconds": seconds,
               "vessel_skeleton/length_per_piece/generated": lpp, "vessel_skeleton/length_per_piece/real": 30.0,
@@ -19,7 +20,8 @@ def _run(folder, name, config, points):
               "vessel_skeleton/junctions_per_image/real": 8.0, "FD-vessel-unet": 5.0}
              for index, (kimg, seconds, lpp, junctions) in enumerate(points)]
     record = {"identity": {"stylegan_config": config.to_dict()}, "curve": curve,
-              "command": f"anonpaper generators train fundus-sg2 --stylegan-config {name} --resolution 32",
+              "command": f"anonpaper generators train fundus-sg2 --stylegan-config {name} --resolution 32"
+                         + "".join(f" --change={item}" for item in changes.split()),
               "sessions": [{"from_kimg": 0.0, "to_kimg": points[-1][0], "torch_threads": 1, "processor": "cpu-x",
                             "commit": "abc"}]}
     (run_dir / "run.json").write_text(json.dumps(record))
@@ -27,7 +29,7 @@ def _run(folder, name, config, points):
 
 
 def test_rows_stop_at_equal_wall_time_and_the_closer_tree_wins(tmp_path, load_benchmark, capsys):
-    sweep = load_benchmark("generator_width_sweep")
+    sweep = load_benchmark("generator_sweep")
     narrow = _run(tmp_path, "sg2-tiny", get_config("sg2-tiny"), [(0, 0, 15, 1), (5, 100, 24, 6), (10, 200, 27, 7)])
     wide = _run(tmp_path, "sg2-cpu64", get_config("sg2-cpu64", resolution=32), [(0, 0, 15, 1), (2, 150, 12, 4)])
     output = tmp_path / "sweep.csv"
@@ -43,6 +45,29 @@ def test_rows_stop_at_equal_wall_time_and_the_closer_tree_wins(tmp_path, load_be
 
 
 def test_a_folder_without_a_run_is_named(tmp_path, load_benchmark):
-    sweep = load_benchmark("generator_width_sweep")
+    sweep = load_benchmark("generator_sweep")
     with pytest.raises(FileNotFoundError, match="no run.json"):
         sweep.main(["--runs", str(tmp_path), "--output", str(tmp_path / "out.csv")])
+
+
+def test_recipe_variants_are_parsed_labelled_and_kept_apart(tmp_path, load_benchmark, capsys):
+    sweep = load_benchmark("generator_sweep")
+    assert sweep.parse_variant("sg3t-tiny:generator_lr=0.001,sg3_first_cutoff=4") == (
+        "sg3t-tiny", {"generator_lr": 0.001, "sg3_first_cutoff": 4})
+    assert sweep.parse_variant("sg2-tiny") == ("sg2-tiny", {})
+    assert sweep.variant_folder("sg3t-tiny", {"generator_lr": 0.001}) == "sg3t-tiny+generator_lr=0.001"
+    with pytest.raises(ValueError, match="'r1_gamma' is not FIELD=VALUE"):
+        sweep.parse_variant("sg2-tiny:r1_gamma")
+    config = get_config("sg2-tiny")
+    base = _run(tmp_path, "sg2-tiny", config, [(0, 0, 15, 1), (5, 100, 12, 3)])
+    slower = _run(tmp_path, "sg2-tiny", config, [(0, 0, 15, 1), (5, 100, 27, 7)], changes="generator_lr=0.001")
+    output = tmp_path / "sweep.csv"
+    assert sweep.main(["--runs", str(base), str(slower), "--output", str(output)]) == 0
+    rows = list(csv.DictReader(output.open()))
+    labels = [(row["config"], row["changes"]) for row in rows]
+    assert labels[1:3] == [("sg2-tiny", ""), ("sg2-tiny", "generator_lr=0.001")]
+    assert "closest vessel trees at equal wall time (100 s): sg2-tiny generator_lr=0.001" in capsys.readouterr().out
+    # A table of other columns is not appended to.
+    output.write_text("config,resolution\r\n")
+    with pytest.raises(ValueError, match="its columns are not this script's"):
+        sweep.main(["--runs", str(base), "--output", str(output)])
