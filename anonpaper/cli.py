@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 
 class UsageError(Exception):
@@ -376,16 +377,37 @@ def generators_train_job(args):
                         parameters=_options(args.param), changes=_changes(args.change))
 
 
+def parse_change(item: str) -> tuple[str, Any]:
+    """One ``--change NAME=VALUE`` as ``(name, value)``: the value parsed as YAML, and a number YAML reads as text
+    (``1e-4``: YAML 1.1 wants ``1.0e-4``) as a float.
+
+    Example:
+        >>> parse_change("generator_lr=1e-4"), parse_change("betas=[0.0, 0.99]"), parse_change("augment_policy=color")
+        (('generator_lr', 0.0001), ('betas', [0.0, 0.99]), ('augment_policy', 'color'))
+
+    Raises:
+        ValueError: Not ``NAME=VALUE``.
+    """
+    name, sign, text = item.partition("=")
+    if not sign or not name.strip():
+        raise ValueError(f"--change takes NAME=VALUE (a StyleGAN config or training recipe field), got {item!r}")
+    value = _parse_value(text)
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    return name.strip(), value
+
+
 def _changes(items: list[str] | None) -> dict:
-    """``--change NAME=VALUE`` options as ``{name: value}`` (values parsed as YAML)."""
+    """``--change NAME=VALUE`` options as ``{name: value}`` (:func:`parse_change`)."""
     changes = {}
     for item in items or []:
-        name, sign, value = item.partition("=")
-        if not sign or not name.strip():
-            raise UsageError(f"--change takes NAME=VALUE (a StyleGAN config or training recipe field), got {item!r}")
-        if name.strip() in changes:
-            raise UsageError(f"--change {name.strip()} is given twice")
-        changes[name.strip()] = _parse_value(value)
+        name, value = parse_change(item)
+        if name in changes:
+            raise UsageError(f"--change {name} is given twice")
+        changes[name] = value
     return changes
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from anonpaper.cli import parse_change
 from anonpaper.experiments.generators.job import run_job, training_job
 from anonpaper.experiments.generators.pipeline import TREE_STATISTICS, relative_difference
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGANConfig, StyleGenerator
@@ -80,20 +81,20 @@ def changes_of(record: dict) -> str:
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
-    """``"CONFIG:FIELD=VALUE,..."`` as ``(config name, {field: value})`` (values parsed as YAML).
+    """``"CONFIG:FIELD=VALUE,..."`` as ``(config name, {field: value})``, each change read as ``--change`` reads it
+    (:func:`anonpaper.cli.parse_change`).
 
     Raises:
-        ValueError: A change that is not ``FIELD=VALUE``, naming it.
+        ValueError: A change that is not ``FIELD=VALUE``, naming the variant.
     """
-    import yaml
-
     name, _, listed = text.partition(":")
     changes = {}
     for item in filter(None, listed.split(",")):
-        field, sign, value = item.partition("=")
-        if not sign or not field:
-            raise ValueError(f"variant {text!r}: {item!r} is not FIELD=VALUE")
-        changes[field] = yaml.safe_load(value)
+        try:
+            field, value = parse_change(item)
+        except ValueError as error:
+            raise ValueError(f"variant {text!r}: {error}") from error
+        changes[field] = value
     return name, changes
 
 

@@ -56,7 +56,7 @@ def test_recipe_variants_are_parsed_labelled_and_kept_apart(tmp_path, load_bench
         "sg3t-tiny", {"generator_lr": 0.001, "sg3_first_cutoff": 4})
     assert sweep.parse_variant("sg2-tiny") == ("sg2-tiny", {})
     assert sweep.variant_folder("sg3t-tiny", {"generator_lr": 0.001}) == "sg3t-tiny+generator_lr=0.001"
-    with pytest.raises(ValueError, match="'r1_gamma' is not FIELD=VALUE"):
+    with pytest.raises(ValueError, match="variant 'sg2-tiny:r1_gamma': --change takes NAME=VALUE"):
         sweep.parse_variant("sg2-tiny:r1_gamma")
     config = get_config("sg2-tiny")
     base = _run(tmp_path, "sg2-tiny", config, [(0, 0, 15, 1), (5, 100, 12, 3)])

@@ -349,16 +349,16 @@ def test_training_job_refuses_bad_options(changes, message):
 
 
 def test_changes_reach_the_architecture_the_recipe_the_identity_and_the_command():
-    job = tiny_job("fundus-sg3t", changes={"generator_lr": 0.001, "sg3_first_cutoff": 4.0})
+    job = tiny_job("fundus-sg3t", changes={"generator_lr": 1e-5, "sg3_first_cutoff": 4.0})
     stylegan, recipe = job.config.stylegan_config("fundus-sg3t"), job.recipe()
-    assert stylegan.sg3_first_cutoff == 4.0 and stylegan.resolution == 32 and recipe["generator_lr"] == 0.001
+    assert stylegan.sg3_first_cutoff == 4.0 and stylegan.resolution == 32 and recipe["generator_lr"] == 1e-5
     plain = tiny_job("fundus-sg3t")
-    assert plain.recipe()["generator_lr"] != 0.001 and plain.recipe()["ada_kimg"] == recipe["ada_kimg"] == 100.0
+    assert plain.recipe()["generator_lr"] != 1e-5 and plain.recipe()["ada_kimg"] == recipe["ada_kimg"] == 100.0
     assert job.identity("key") != plain.identity("key")
     assert job.config.stylegan_config("fundus-sg2") == plain.config.stylegan_config("fundus-sg2")  # other kinds kept
     # The recorded command asks for the same run (as a committed run's resume is checked).
     again = generators_train_job(build_parser().parse_args(shlex.split(job.command())[1:]))
-    assert "--change=generator_lr=0.001" in job.command() and again.identity("key") == job.identity("key")
+    assert "--change=generator_lr=1e-05" in job.command() and again.identity("key") == job.identity("key")
     assert "--change" not in plain.command()
 
 

@@ -171,7 +171,7 @@ class TrainingJob:
         if config.augment != Config().augment:
             parts.append(f"-p AUGMENT {config.augment!r}")
         for name, value in sorted(((config.generator_changes or {}).get(self.kind) or {}).items()):
-            parts.append(shlex.quote(f"--change={name}={value!r}"))
+            parts.append(shlex.quote(f"--change={name}={json.dumps(value)}"))  # read back by parse_change
         # The evaluation is spelled out whole, so that the command gives the same curve whatever the defaults become.
         parts += [f"-p {name.upper()} {getattr(config, name)!r}" for name in EVALUATION_FIELDS
                   if getattr(config, name) is not None]
