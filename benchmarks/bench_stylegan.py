@@ -29,6 +29,7 @@ bf16 there (fp16 convolutions are too slow on the CPU), which has fp16's byte si
 Usage:
     python benchmarks/bench_stylegan.py                                  # CPU, 64 px configs, 2 threads
     python benchmarks/bench_stylegan.py --configs sg2-tiny@64 sg3t-tiny@64  # a named config at another resolution
+    python benchmarks/bench_stylegan.py --configs sg3t-tiny@128 sg3t-tiny@128:channel_base=4096 --threads 1
     python benchmarks/bench_stylegan.py --device cuda --configs sg2-paper256 sg3t-paper256 --batch 32 \\
         --implementations reference fast triton --mixed-precision fp16
     python benchmarks/bench_stylegan.py --memory --configs sg3t-paper256 --implementations reference fast
@@ -46,6 +47,7 @@ from pathlib import Path
 
 import torch
 
+from anonpaper.cli import parse_change
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGenerator, get_config, list_configs
 from anonpaper.models.stylegan.ops import IMPLEMENTATIONS
 from anonpaper.models.stylegan.ops.saved_memory import SavedTensorMeter
@@ -93,18 +95,29 @@ def check_request(device: torch.device, implementations: list[str], mixed_precis
 
 
 def parse_config(name: str):
-    """A named config, or ``NAME@RESOLUTION`` for a named config at another resolution (the generators chapter's
-    ``quick`` fundus generators are ``sg2-tiny@64`` / ``sg3t-tiny@64``)."""
-    base, _, resolution = name.partition("@")
+    """A named config, ``NAME@RESOLUTION`` for a named config at another resolution (the generators chapter's
+    ``quick`` fundus StyleGAN3-T is ``sg3t-tiny@128``), and either with ``:FIELD=VALUE,...`` for other fields
+    (``sg3t-tiny@128:channel_base=4096``, read as ``anonpaper generators train --change`` reads them)."""
+    named, _, listed = name.partition(":")
+    base, _, resolution = named.partition("@")
     if base not in list_configs():
         raise BenchmarkError(f"unknown config {base!r} in {name!r}; expected some of {sorted(list_configs())}, "
-                             "optionally with @RESOLUTION")
-    config = get_config(base)
-    if not resolution:
-        return config
-    if not resolution.isdigit() or int(resolution) < 16 or int(resolution) & (int(resolution) - 1):
-        raise BenchmarkError(f"resolution in {name!r} must be a power of two >= 16, got {resolution!r}")
-    return config.replace(resolution=int(resolution))
+                             "optionally with @RESOLUTION and :FIELD=VALUE,...")
+    changes = {}
+    for item in filter(None, listed.split(",")):
+        try:
+            field, value = parse_change(item)
+        except ValueError as error:
+            raise BenchmarkError(f"{name!r}: {error}") from error
+        changes[field] = value
+    if resolution:
+        if not resolution.isdigit() or int(resolution) < 16 or int(resolution) & (int(resolution) - 1):
+            raise BenchmarkError(f"resolution in {name!r} must be a power of two >= 16, got {resolution!r}")
+        changes["resolution"] = int(resolution)
+    try:
+        return get_config(base, **changes)
+    except (TypeError, ValueError) as error:
+        raise BenchmarkError(f"{name!r}: {error}") from error
 
 
 def _synchronize(device: torch.device) -> None:
