@@ -41,6 +41,7 @@ from anonpaper.cli import parse_change
 from anonpaper.experiments.generators.job import run_job, training_job
 from anonpaper.experiments.generators.pipeline import TREE_STATISTICS, relative_difference
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGANConfig, StyleGenerator
+from anonpaper.models.stylegan.synthesis_sg3 import sg3_layer_schedule
 
 RESULTS = Path(__file__).resolve().parent / "results" / "generator_sweep.csv"
 METRICS = ("FD-vessel-unet", "SWD", "precision", "recall", "vessel_fraction/generated", "vessel_fraction/real",
@@ -53,7 +54,14 @@ FIELDS = ["config", "changes", "resolution", "widths", "generator_params", "disc
 
 
 def widths(config: StyleGANConfig) -> str:
-    """Feature maps per resolution of the synthesis network, ``4:64 8:64 ... 128:16``."""
+    """Feature maps of the synthesis network: per resolution for a StyleGAN2 (``4:64 8:64 ... 128:16``), per layer
+    for a StyleGAN3, ``c<cutoff>:<maps>`` (``c2:32 c11.3:23 c64:4 c64:4``: its maps shrink as the cutoff frequency
+    grows, ``min(channel_base / 2 / cutoff, channel_max)``; the layers at the highest cutoff draw the finest
+    detail)."""
+    if config.architecture == "sg3t":
+        schedule = sg3_layer_schedule(config)
+        return " ".join(f"c{cutoff:.3g}:{int(maps)}"
+                        for cutoff, maps in zip(schedule["cutoffs"][:-1], schedule["channels"][:-1]))
     return " ".join(f"{2 ** level}:{min(config.channel_base // 2 ** level, config.channel_max)}"
                     for level in range(2, config.log2_resolution + 1))
 

@@ -71,3 +71,9 @@ def test_recipe_variants_are_parsed_labelled_and_kept_apart(tmp_path, load_bench
     output.write_text("config,resolution\r\n")
     with pytest.raises(ValueError, match="its columns are not this script's"):
         sweep.main(["--runs", str(base), "--output", str(output)])
+
+
+def test_stylegan3_widths_are_listed_per_layer_by_cutoff(load_benchmark):
+    sweep = load_benchmark("generator_sweep")
+    assert sweep.widths(get_config("sg3t-tiny", resolution=128)) == "c2:32 c11.3:23 c64:4 c64:4"
+    assert sweep.widths(get_config("sg3t-tiny", resolution=128, channel_base=2048)) == "c2:32 c11.3:32 c64:16 c64:16"
