@@ -124,7 +124,7 @@ def fs_sift(first: torch.Tensor, second: torch.Tensor, ratio: float = 0.75, redu
     image's descriptors to the second's, ratio test 0.75. A pair whose original (first image) has no keypoint has no
     score: the fraction is 0 / 0, and a 0 would read as perfect de-identification, so it is NaN (the mean skips it;
     callers count such pairs). An original with keypoints whose edit has none scores 0: none of its keypoints is
-    found. (Until issue #20 the denominator was ``min(#keypoints first, #keypoints second)``, which exceeds 1 when
+    found. (Earlier versions took the denominator as ``min(#keypoints first, #keypoints second)``, which exceeds 1 when
     the edit has fewer keypoints than the original matches.)
 
     Args:
