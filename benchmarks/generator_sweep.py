@@ -135,7 +135,9 @@ def rows_of_runs(run_dirs: list[Path]) -> list[dict]:
                    "kimg": point["kimg"], "train_seconds": round(point["train_seconds"], 1),
                    "s_per_kimg": round(point["train_seconds"] / point["kimg"], 1) if point["kimg"] else "",
                    "tree_distance": round(tree_distance(point), 4), "equal_seconds": round(equal, 1)}
-            row.update({name.replace("/", "_"): round(point[name], 4) for name in METRICS if name in point})
+            # A metric an evaluation could not measure is recorded as None (JSON null): an empty cell.
+            row.update({name.replace("/", "_"): round(point[name], 4) if point[name] is not None else ""
+                        for name in METRICS if name in point})
             # The machine and commit of the session that trained to this point (blank: not recorded, a run.json from
             # before sessions were recorded); the timestamp is the tabulation's.
             session = next((item for item in record.get("sessions") or []

@@ -17,7 +17,7 @@ def _run(folder, name, config, points, changes=""):
     curve = [{"step": index, "kimg": kimg, "train_seconds": seconds,
               "vessel_skeleton/length_per_piece/generated": lpp, "vessel_skeleton/length_per_piece/real": 30.0,
               "vessel_skeleton/junctions_per_image/generated": junctions,
-              "vessel_skeleton/junctions_per_image/real": 8.0, "FD-vessel-unet": 5.0}
+              "vessel_skeleton/junctions_per_image/real": 8.0, "FD-vessel-unet": 5.0, "labels/distance": None}
              for index, (kimg, seconds, lpp, junctions) in enumerate(points)]
     record = {"identity": {"stylegan_config": config.to_dict()}, "curve": curve,
               "command": f"anonpaper generators train fundus-sg2 --stylegan-config {name} --resolution 32"
@@ -41,6 +41,7 @@ def test_rows_stop_at_equal_wall_time_and_the_closer_tree_wins(tmp_path, load_be
     assert float(rows[1]["tree_distance"]) == pytest.approx(0.25)
     assert float(rows[3]["tree_distance"]) == pytest.approx(0.6)  # |12/30 - 1|
     assert rows[0]["widths"] == "4:32 8:32 16:32 32:16" and rows[1]["threads"] == "1"
+    assert rows[0]["labels_distance"] == "" and rows[0]["FD-vessel-unet"] == "5.0"  # not measured: an empty cell
     assert "closest vessel trees at equal wall time (150 s): sg2-tiny" in capsys.readouterr().out
 
 
