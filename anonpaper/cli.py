@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 
 class UsageError(Exception):
@@ -400,15 +400,25 @@ def parse_change(item: str) -> tuple[str, Any]:
     return name.strip(), value
 
 
-def _changes(items: list[str] | None) -> dict:
-    """``--change NAME=VALUE`` options as ``{name: value}`` (:func:`parse_change`)."""
+def parse_changes(items: Iterable[str]) -> dict[str, Any]:
+    """Several ``NAME=VALUE`` changes as ``{name: value}`` (:func:`parse_change`; the ``--change`` options, a sweep
+    variant's ``FIELD=VALUE,...``).
+
+    Raises:
+        ValueError: One that is not ``NAME=VALUE``, or a name given twice.
+    """
     changes = {}
-    for item in items or []:
+    for item in items:
         name, value = parse_change(item)
         if name in changes:
-            raise UsageError(f"--change {name} is given twice")
+            raise ValueError(f"--change {name} is given twice")
         changes[name] = value
     return changes
+
+
+def _changes(items: list[str] | None) -> dict:
+    """``--change NAME=VALUE`` options as ``{name: value}``."""
+    return parse_changes(items or [])
 
 
 def _cmd_generators_population(args) -> int:

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from anonpaper.cli import parse_change
+from anonpaper.cli import parse_changes
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGenerator, get_config, list_configs
 from anonpaper.models.stylegan.ops import IMPLEMENTATIONS
 from anonpaper.models.stylegan.ops.saved_memory import SavedTensorMeter
@@ -103,13 +103,10 @@ def parse_config(name: str):
     if base not in list_configs():
         raise BenchmarkError(f"unknown config {base!r} in {name!r}; expected some of {sorted(list_configs())}, "
                              "optionally with @RESOLUTION and :FIELD=VALUE,...")
-    changes = {}
-    for item in filter(None, listed.split(",")):
-        try:
-            field, value = parse_change(item)
-        except ValueError as error:
-            raise BenchmarkError(f"{name!r}: {error}") from error
-        changes[field] = value
+    try:
+        changes = parse_changes(filter(None, listed.split(",")))
+    except ValueError as error:
+        raise BenchmarkError(f"{name!r}: {error}") from error
     if resolution:
         if not resolution.isdigit() or int(resolution) < 16 or int(resolution) & (int(resolution) - 1):
             raise BenchmarkError(f"resolution in {name!r} must be a power of two >= 16, got {resolution!r}")

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from anonpaper.cli import parse_change
+from anonpaper.cli import parse_changes
 from anonpaper.experiments.generators.job import run_job, training_job
 from anonpaper.experiments.generators.pipeline import TREE_STATISTICS, relative_difference
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGANConfig, StyleGenerator
@@ -90,20 +90,16 @@ def changes_of(record: dict) -> str:
 
 def parse_variant(text: str) -> tuple[str, dict]:
     """``"CONFIG:FIELD=VALUE,..."`` as ``(config name, {field: value})``, each change read as ``--change`` reads it
-    (:func:`anonpaper.cli.parse_change`).
+    (:func:`anonpaper.cli.parse_changes`).
 
     Raises:
         ValueError: A change that is not ``FIELD=VALUE``, naming the variant.
     """
     name, _, listed = text.partition(":")
-    changes = {}
-    for item in filter(None, listed.split(",")):
-        try:
-            field, value = parse_change(item)
-        except ValueError as error:
-            raise ValueError(f"variant {text!r}: {error}") from error
-        changes[field] = value
-    return name, changes
+    try:
+        return name, parse_changes(filter(None, listed.split(",")))
+    except ValueError as error:
+        raise ValueError(f"variant {text!r}: {error}") from error
 
 
 def variant_folder(name: str, changes: dict) -> str:
