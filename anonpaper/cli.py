@@ -4,8 +4,8 @@ Subcommands: info, list, run (``--dry-run``: time every trainer and project a pr
 publish (the study runner); records check (recompute the verdicts of results records), records diff (compare two
 runs' records, with a tolerance); cohort generate (write a cohort to disk); data check (validate a user's copy of a
 real dataset); anonymize (apply a method to a folder of images); audit (attack a released folder and measure its
-utility against its originals); generators train / population (train a shared generator on its population, with
-checkpoints, evaluations and exported weights); generate (PNG samples from shipped weights).
+utility against its originals); generators train / population / curve (train a shared generator on its population,
+with checkpoints, evaluations and exported weights; read its evaluations); generate (PNG samples from shipped weights).
 Exit codes: 0 success, 1 a run failed, 2 bad usage or input (unknown notebook, profile, parameter, dataset...).
 """
 
@@ -432,6 +432,40 @@ def _cmd_generators_population(args) -> int:
     return 0
 
 
+def _cmd_generators_curve(args) -> int:
+    import pandas as pd
+
+    from anonpaper.experiments.generators.curves import compare_trees, curve_table, read_curves, tree_check
+
+    curves = [curve for path in args.path for curve in read_curves(path)
+              if args.kind is None or curve.kind == args.kind]
+    if not curves:
+        raise UsageError(f"no evaluation of {args.kind} in {', '.join(args.path)}")
+    reference = None
+    if args.against is not None:
+        found = [curve for curve in read_curves(args.against) if args.kind is None or curve.kind == args.kind]
+        if len(found) != 1:
+            raise UsageError(f"--against {args.against}: holds {len(found)} generators' evaluations "
+                             f"({', '.join(curve.kind for curve in found) or 'none'}); name one with --kind")
+        reference = found[0]
+    with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format",
+                           "{:.4g}".format):
+        for curve in curves:
+            print(f"{curve.kind}: {curve.source} ({len(curve.points)} evaluation"
+                  f"{'s' if len(curve.points) != 1 else ''})")
+            table = curve_table(curve)
+            print(table.tail(args.last).to_string(index=False) if args.last else table.to_string(index=False))
+            if "tree check" in table:
+                claim = tree_check(curve, curve.points[-1])
+                print(f"tree check at the last evaluation: {claim.verdict}: {claim.reason}")
+            if reference is not None:
+                print(f"vessel trees against {reference.kind} of {reference.source} (last evaluations; closer by: "
+                      "|reference - real| - |this - real|, relative):")
+                print(compare_trees(curve, reference).to_string(index=False))
+            print()
+    return 0
+
+
 def _cmd_generate(args) -> int:
     if args.n < 1:
         raise UsageError(f"--n must be a positive number of images, got {args.n}")
@@ -645,6 +679,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="the population's own seed (default 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_generators_population)
+
+    p = generators.add_parser("curve", help="a generator's evaluations (a run folder, weights JSON or chapter "
+                                            "record) with the vessel-tree check at each; --against compares trees")
+    p.add_argument("path", nargs="+", help="a run folder (KIND.run) or its run.json, a weights JSON "
+                                           "(weights/KIND.json), or a generators chapter record "
+                                           "(results/PROFILE/02_generators.json)")
+    p.add_argument("--kind", default=None, help=f"only this generator ({kinds}; default: every one found)")
+    p.add_argument("--against", default=None,
+                   help="another generator's evaluation (same kinds of path) to compare vessel trees with, beyond "
+                        "two standard errors; evaluated with other real images or settings, it is refused")
+    p.add_argument("--last", type=int, default=None, help="show only the last N evaluations of each curve")
+    p.set_defaults(func=_cmd_generators_curve)
 
     p = sub.add_parser("generate", help="write PNG samples of a shipped generator (weights/KIND.pt)")
     p.add_argument("kind", help=kinds)

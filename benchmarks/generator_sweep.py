@@ -8,7 +8,9 @@ them reached (equal wall time) is tabulated: FD and SWD of the cohort-trained U-
 recall, the vessel fraction and the vessel-tree statistics beside the real images', the label distance, and
 ``tree_distance``, the largest relative difference of the tree check's statistics (skeleton length per connected
 piece, junctions per image; the generators chapter's claim holds when it is within ``TREE_TOLERANCE`` beyond noise).
-The variant whose last row within equal wall time has the smaller ``tree_distance`` is the one to train on.
+The variant whose last row within equal wall time has the smaller ``tree_distance`` is the one to train on, when
+its trees are closer beyond noise (the script says so per other variant, by the chapter's rule:
+:func:`anonpaper.experiments.generators.curves.compare_trees`).
 
 Rows go to ``benchmarks/results/generator_sweep.csv`` with the variant's changes, the widths (feature maps at each
 resolution) and parameter counts, the thread count, processor and commit.
@@ -38,8 +40,9 @@ from pathlib import Path
 import torch
 
 from anonpaper.cli import parse_changes
+from anonpaper.experiments.generators.claims import tree_differences
+from anonpaper.experiments.generators.curves import compare_trees, read_curves
 from anonpaper.experiments.generators.job import run_job, training_job
-from anonpaper.experiments.generators.pipeline import TREE_STATISTICS, relative_difference
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGANConfig, StyleGenerator
 from anonpaper.models.stylegan.synthesis_sg3 import sg3_layer_schedule
 
@@ -67,10 +70,10 @@ def widths(config: StyleGANConfig) -> str:
 
 
 def tree_distance(point: dict) -> float:
-    """The tree check's binding statistic: the largest |relative difference| of generated against real."""
-    values = [abs(relative_difference(point.get(f"vessel_skeleton/{name}/generated", math.nan),
-                                      point.get(f"vessel_skeleton/{name}/real", math.nan)))
-              for name in TREE_STATISTICS]
+    """The largest |relative difference| of the tree check's statistics, generated against real (NaN: one was not
+    measured)."""
+    differences = tree_differences(lambda name: point.get(name) if point.get(name) is not None else math.nan)
+    values = [abs(effect) for effect, _ in differences.values()]
     return max(values) if all(math.isfinite(value) for value in values) else math.nan
 
 
@@ -197,7 +200,33 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['tree_distance']}, FD {row.get('FD-vessel-unet', '')}")
     best = min(last, key=lambda name: last[name]["tree_distance"])
     print(f"closest vessel trees at equal wall time ({last[best]['equal_seconds']:.0f} s): {best}")
+    for line in noise_lines(run_dirs, best):
+        print(line)
     return 0
+
+
+def noise_lines(run_dirs: list[Path], best: str) -> list[str]:
+    """Whether the closest variant's trees are closer than each other variant's beyond noise, at the last
+    evaluation within equal wall time (:func:`~anonpaper.experiments.generators.curves.compare_trees`, on the
+    closest one's binding statistic)."""
+    curves = {}
+    for run_dir in run_dirs:
+        record = json.loads((run_dir / "run.json").read_text())
+        curves[" ".join(filter(None, (config_name(record), changes_of(record))))] = read_curves(run_dir)[0]
+    equal = min(max(point["train_seconds"] for point in curve.points) for curve in curves.values())
+
+    def last_within(curve) -> int:
+        return max(index for index, point in enumerate(curve.points) if point["train_seconds"] <= equal + 1e-6)
+
+    lines = []
+    for name, curve in curves.items():
+        if name == best:
+            continue
+        table = compare_trees(curves[best], curve, point=last_within(curves[best]), reference_point=last_within(curve))
+        row = table[table["binding"]].iloc[0]
+        lines.append(f"  against {name}: {row['statistic']} closer by {row['closer by']:+.3f} (SE {row['SE']:.3f}): "
+                     f"{row['verdict']}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -11,15 +11,17 @@ import pytest
 from anonpaper.models.stylegan import get_config
 
 
-def _run(folder, name, config, points, changes=""):
+def _run(folder, name, config, points, changes="", se=0.01):
     run_dir = folder / (name + changes.replace(" ", "+")) / "fundus-sg2.run"
     run_dir.mkdir(parents=True)
     curve = [{"step": index, "kimg": kimg, "train_seconds": seconds,
               "vessel_skeleton/length_per_piece/generated": lpp, "vessel_skeleton/length_per_piece/real": 30.0,
               "vessel_skeleton/junctions_per_image/generated": junctions,
-              "vessel_skeleton/junctions_per_image/real": 8.0, "FD-vessel-unet": 5.0, "labels/distance": None}
+              "vessel_skeleton/junctions_per_image/real": 8.0, "FD-vessel-unet": 5.0, "labels/distance": None,
+              "vessel_skeleton/length_per_piece/relative_difference/se": se,
+              "vessel_skeleton/junctions_per_image/relative_difference/se": se}
              for index, (kimg, seconds, lpp, junctions) in enumerate(points)]
-    record = {"identity": {"stylegan_config": config.to_dict()}, "curve": curve,
+    record = {"identity": {"kind": "fundus-sg2", "stylegan_config": config.to_dict()}, "curve": curve,
               "command": f"anonpaper generators train fundus-sg2 --stylegan-config {name} --resolution 32"
                          + "".join(f" --change={item}" for item in changes.split()),
               "sessions": [{"from_kimg": 0.0, "to_kimg": points[-1][0], "torch_threads": 1, "processor": "cpu-x",
@@ -42,7 +44,20 @@ def test_rows_stop_at_equal_wall_time_and_the_closer_tree_wins(tmp_path, load_be
     assert float(rows[3]["tree_distance"]) == pytest.approx(0.6)  # |12/30 - 1|
     assert rows[0]["widths"] == "4:32 8:32 16:32 32:16" and rows[1]["threads"] == "1"
     assert rows[0]["labels_distance"] == "" and rows[0]["FD-vessel-unet"] == "5.0"  # not measured: an empty cell
-    assert "closest vessel trees at equal wall time (150 s): sg2-tiny" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "closest vessel trees at equal wall time (150 s): sg2-tiny" in out
+    # ... and beyond noise: on sg2-tiny's binding statistic (junctions, -0.25) against sg2-cpu64's -0.5 at 2 kimg
+    assert "against sg2-cpu64: junctions per image closer by +0.250 (SE 0.014): closer" in out
+
+
+def test_a_closest_variant_within_noise_is_said_to_be(tmp_path, load_benchmark, capsys):
+    sweep = load_benchmark("generator_sweep")
+    config = get_config("sg2-tiny")
+    first = _run(tmp_path, "sg2-tiny", config, [(0, 0, 15, 1), (5, 100, 24, 6)], se=0.1)
+    second = _run(tmp_path, "sg2-tiny", config, [(0, 0, 15, 1), (5, 100, 23, 6)], changes="r1_gamma=2", se=0.1)
+    assert sweep.main(["--runs", str(first), str(second), "--output", str(tmp_path / "sweep.csv")]) == 0
+    assert "against sg2-tiny r1_gamma=2: junctions per image closer by +0.000 (SE 0.141): within noise" in (
+        capsys.readouterr().out)
 
 
 def test_a_folder_without_a_run_is_named(tmp_path, load_benchmark):

@@ -19,6 +19,7 @@ from anonpaper.data import population as populations
 from anonpaper.data.population import ID_PREFIX, PopulationSpec, load_population, population_table
 from anonpaper.experiments import generators as chapter
 from anonpaper.experiments.generators import job as jobs
+from anonpaper.experiments.generators.curves import compare_trees, curve_table, read_curves
 from anonpaper.experiments.generators.weights import sha256_of
 from anonpaper.models.stylegan import StyleGenerator, get_config
 
@@ -305,6 +306,14 @@ def test_evaluation_curve_and_provenance_reach_the_chapter(tmp_path):
     assert record["metrics"]["FD-vessel-unet"] == pytest.approx(curve["FD-vessel-unet"].iloc[-1])
     assert record["command"].startswith("anonpaper generators train fundus-sg2 --kimg 0.032 --resolution 32")
     assert record["training"]["stylegan_config_name"] == "sg2-tiny" and "precision" in record["protocols"]
+    # ``anonpaper generators curve`` reads the run and its export alike, the tree check decided at every point
+    (from_run,), (from_weights,) = read_curves(outcome.run_dir), read_curves(outcome.weights.with_suffix(".json"))
+    assert [point["step"] for point in from_run.points] == [point["step"] for point in from_weights.points] == [0, 2, 4]
+    assert "segmenter_dice" in from_run.points[-1] and "segmenter_check" in from_run.points[-1]
+    table = curve_table(from_run)
+    assert list(table["kimg"]) == [0, 0.016, 0.032] and table["tree check"].isin(["holds", "does not hold",
+                                                                                   "undecided"]).all()
+    assert compare_trees(from_run, from_weights)["closer by"].tolist() == [0.0, 0.0]
     state = torch.load(outcome.run_dir / "checkpoint.pt", weights_only=False)
     expected = {key: value.half().float() for key, value in state["generator_ema"].items()}
 

@@ -2,7 +2,9 @@
 phantom cohorts (the fundus ones on a real copy at ``DATA_ROOT`` when given), evaluated and cached, so the GAN
 chapters load them with :func:`load_generator`, or shipped weights only with :func:`load_shipped_generator`.
 ``anonpaper generators train KIND`` (:mod:`.job`) trains one on a population the papers' size and exports it into
-``weights/``; ``anonpaper generate KIND`` (:mod:`.samples`) writes PNG samples from shipped weights.
+``weights/``; ``anonpaper generators curve PATH`` (:mod:`.curves`) reads a run's or a record's evaluations with the
+vessel-tree check decided at each; ``anonpaper generate KIND`` (:mod:`.samples`) writes PNG samples from shipped
+weights.
 
 The chapter ``notebooks/02_generators.ipynb`` imports this face.
 """

@@ -11,10 +11,12 @@ segmenter misses ``Config.segmenter_min_dice``, and the label claim when the lab
 from __future__ import annotations
 
 import math
+from typing import Callable, Sequence
 
-from anonpaper.experiments.claims import Claim, Instrument, decide
-from anonpaper.experiments.generators.config import KINDS
-from anonpaper.experiments.generators.pipeline import TREE_STATISTICS, Outcome, relative_difference
+from anonpaper.experiments.claims import DECISION_Z, Claim, Instrument, decide
+from anonpaper.experiments.generators.config import KINDS, Config
+from anonpaper.experiments.generators.pipeline import (FEATURE_MASKS, TREE_STATISTICS, Outcome,
+                                                       relative_difference)
 from anonpaper.metrics.statistics import difference_se
 
 MIN_PROJECTOR_IMAGES = 5  # fewer held-out inversions decide nothing
@@ -66,7 +68,7 @@ def evaluate_claims(outcome: Outcome) -> list[Claim]:
             se=outcome.value(kind, f"{mask}_fraction/relative_difference/se"), margin=config.mask_tolerance,
             quantity="(generated - real) / real fraction", instruments=unet, note=note, **size))
         if math.isfinite(outcome.value(kind, f"{mask}_skeleton/length_per_piece/real")):
-            claims.append(_tree_claim(outcome, kind, mask, unet, size))
+            claims.append(tree_claim(lambda name, kind=kind: outcome.value(kind, name), kind, config, unet, size))
         classifier = outcome.classifiers.get(KINDS[kind][0])
         if classifier is not None:
             claims.append(_label_claim(outcome, kind, classifier, size))
@@ -113,31 +115,58 @@ def _memorisation_claim(outcome: Outcome, kind: str, unet: list[Instrument]) -> 
         min_n=MIN_MEMORISATION_IMAGES, kind="phantom-check")
 
 
-def _tree_claim(outcome: Outcome, kind: str, mask: str, unet: list[Instrument], size: dict) -> Claim:
-    """Generated vessels are trees, not strokes: skeleton length per connected piece and junctions per image each
-    within ``Config.tree_tolerance`` of the real images' (see :func:`anonpaper.experiments.generators.pipeline.
-    skeleton_statistics`). Both must be within: the claim is decided on the statistic that is furthest from it
-    (largest ``|difference| + z SE``), so it holds only when both do and fails when that one fails. Besides the
-    U-Net's Dice, the statistics have a floor of their own: saved as JPEG at ``Config.tree_jpeg_quality``, the real
-    images must keep both within half the tolerance (an instrument that reads compressed real vessels as strokes
-    cannot judge generated ones)."""
-    config = outcome.config
-    names = ("length_per_piece", "junctions_per_image", "pieces_per_image", "largest_piece")
-    values = {(name, source): outcome.value(kind, f"{mask}_skeleton/{name}/{source}")
-              for name in names for source in ("real", "generated")}
-    differences = {name: (relative_difference(values[name, "generated"], values[name, "real"]),
-                          outcome.value(kind, f"{mask}_skeleton/{name}/relative_difference/se"))
-                   for name in TREE_STATISTICS}
+def tree_differences(value: Callable[[str], float], mask: str = "vessel") -> dict[str, tuple[float, float]]:
+    """The tree check's statistics as ``{name: ((generated - real) / real, SE)}`` for each of
+    :data:`~anonpaper.experiments.generators.pipeline.TREE_STATISTICS`, read with ``value(metric)`` (a metric name
+    such as ``"vessel_skeleton/length_per_piece/real"``; NaN when absent).
 
+    >>> point = {"vessel_skeleton/length_per_piece/real": 150.0, "vessel_skeleton/length_per_piece/generated": 45.0,
+    ...          "vessel_skeleton/length_per_piece/relative_difference/se": 0.02}
+    >>> tree_differences(lambda name: point.get(name, math.nan))["length_per_piece"]
+    (-0.7, 0.02)
+    """
+    return {name: (relative_difference(value(f"{mask}_skeleton/{name}/generated"),
+                                       value(f"{mask}_skeleton/{name}/real")),
+                   value(f"{mask}_skeleton/{name}/relative_difference/se"))
+            for name in TREE_STATISTICS}
+
+
+def binding_tree_statistic(differences: dict[str, tuple[float, float]], z: float = DECISION_Z) -> str:
+    """The statistic the tree check is decided on: the one furthest from the real images, ``|difference| + z SE``
+    (a statistic that cannot be measured counts as infinitely far), so the check holds only when every statistic
+    does and fails when that one fails."""
     def distance(name: str) -> float:
         effect, se = differences[name]
-        return abs(effect) + 2 * se if math.isfinite(effect) and math.isfinite(se) else math.inf
+        return abs(effect) + z * se if math.isfinite(effect) and math.isfinite(se) else math.inf
 
-    binding = max(TREE_STATISTICS, key=distance)
+    return max(differences, key=distance)
+
+
+def tree_claim(value: Callable[[str], float], kind: str, config: Config, unet: Sequence[Instrument | dict],
+               size: dict) -> Claim:
+    """Generated vessels are trees, not strokes: skeleton length per connected piece and junctions per image each
+    within ``Config.tree_tolerance`` of the real images' (see :func:`anonpaper.experiments.generators.pipeline.
+    skeleton_statistics`), decided on :func:`binding_tree_statistic`. Besides the U-Net's Dice, the statistics
+    have a floor of their own: saved as JPEG at ``Config.tree_jpeg_quality``, the real images must keep both within
+    half the tolerance (an instrument that reads compressed real vessels as strokes cannot judge generated ones).
+
+    Args:
+        value: Reads one of ``kind``'s metrics by name (the chapter's metrics table, or a training curve's point).
+        kind: Generator kind; its modality names the mask.
+        config: The evaluation's settings (tolerance, JPEG quality).
+        unet: The segmenter's instruments.
+        size: ``n``, ``min_n`` and ``kind`` of :func:`~anonpaper.experiments.claims.decide`.
+    """
+    mask = FEATURE_MASKS[KINDS[kind][0]]
+    names = ("length_per_piece", "junctions_per_image", "pieces_per_image", "largest_piece")
+    values = {(name, source): value(f"{mask}_skeleton/{name}/{source}")
+              for name in names for source in ("real", "generated")}
+    differences = tree_differences(value, mask)
+    binding = binding_tree_statistic(differences)
     effect, se = differences[binding]
     # The skeleton statistics' own floor: real images saved as JPEG (vessels intact) must read as the same trees.
     stability = Instrument(f"{mask}-tree statistics' change on real images saved as JPEG at quality "
-                           f"{config.tree_jpeg_quality}", outcome.value(kind, f"{mask}_skeleton/jpeg_change"),
+                           f"{config.tree_jpeg_quality}", value(f"{mask}_skeleton/jpeg_change"),
                            config.tree_tolerance / 2, higher_is_better=False)
     return decide(
         f"{kind}-{mask}-tree", f"{kind}: generated {mask}s are trees like the real ones (skeleton length per "

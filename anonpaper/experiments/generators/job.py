@@ -567,7 +567,8 @@ def curve_point(job: TrainingJob, generator: torch.nn.Module, instruments: tuple
     rows = comparison_rows(kind, config, segmenter, info["mask"], real, fake, classifier, real_set=REAL_SET)
     point = {"step": int(step), "kimg": job.kimg_of(step), "train_seconds": round(float(train_seconds), 3)}
     point.update({row["metric"]: (None if math.isnan(row["value"]) else row["value"]) for row in rows})
-    point["segmenter_check"] = info["check"]
+    dice = float(info["val_dice"])
+    point["segmenter_dice"], point["segmenter_check"] = (dice if math.isfinite(dice) else None), info["check"]
     return point, {row["metric"]: row["protocol"] for row in rows}
 
 
