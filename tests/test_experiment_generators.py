@@ -391,3 +391,38 @@ def test_mask_figure_shows_each_image_above_its_mask_and_skips_kinds_without_mas
     shown = axes[1, 0].get_images()[0].get_array()
     assert shown.shape == (32, 32) and shown[16, 2:30].min() == 1.0 and shown.sum() == 28
     plt.close(figure)
+
+
+def test_curve_figure_draws_each_shipped_generators_provenance_and_names_its_protocol():
+    import matplotlib.pyplot as plt
+
+    config = tiny_config()
+    curve = [{"step": step, "kimg": kimg, "FD-vessel-unet": fd, "precision": 0.1 * step, "recall": 0.05 * step,
+              "vessel_fraction/generated": 0.04, "vessel_fraction/real": 0.05,
+              "vessel_skeleton/length_per_piece/generated": 15.0, "vessel_skeleton/length_per_piece/real": 30.0,
+              "vessel_skeleton/junctions_per_image/generated": 6.0, "vessel_skeleton/junctions_per_image/real": 8.0}
+             for step, kimg, fd in ((0, 0.0, 300.0), (1, 5.0, 3.0), (2, 10.0, 1.0))]
+    record = {"kind": "fundus-sg2", "seed": 0, "evaluation": {"eval_images": 200}, "curve": curve}
+    losses = pd.DataFrame({"step": [0, 1], "loss_d": [1.0, 0.9], "loss_g_adv": [0.8, 1.1]})
+    outcome = chapter.Outcome(config, {
+        "fundus-sg3t": chapter.TrainedGenerator("fundus-sg3t", None, "trained", 0.5, losses, 1.0),
+        "fundus-sg2": chapter.TrainedGenerator("fundus-sg2", None, "weights", 10.0, pd.DataFrame(curve), 1.0,
+                                               weights_file="weights/fundus-sg2.pt", provenance=record)},
+        pd.DataFrame(columns=["kind", "metric", "value", "protocol"]))
+    figure = chapter.plot_curves(outcome)
+    fd_axis, pr_axis, difference_axis = figure.axes  # one column: only the shipped generator has a curve
+    assert fd_axis.get_title() == "fundus-sg2 (fundus-sg2.pt)" and fd_axis.get_yscale() == "log"
+    assert list(pr_axis.get_lines()[0].get_ydata()) == pytest.approx([0.0, 0.1, 0.2])
+    fraction, length, junctions = difference_axis.get_lines()[:3]
+    assert list(length.get_ydata()) == [-0.5] * 3 and list(junctions.get_ydata()) == [-0.25] * 3
+    assert list(fraction.get_ydata()) == pytest.approx([-0.2] * 3)
+    # a run recorded before TREE_MIN_AREA existed counted every piece, and the figure says so
+    assert difference_axis.get_title() == "tree statistics: every mask piece counted (this run's protocol)"
+    plt.close(figure)
+    training = chapter.plot_training(outcome)
+    assert "the evaluation curve is in the next figure" in training.axes[1].texts[0].get_text()
+    plt.close(training)
+    nothing = chapter.plot_curves(chapter.Outcome(config, {"fundus-sg3t": outcome.generators["fundus-sg3t"]},
+                                                  outcome.metrics))
+    assert "no shipped generator with an evaluation curve" in nothing.axes[0].texts[0].get_text()
+    plt.close(nothing)

@@ -115,13 +115,25 @@ def read_curves(path: str | Path) -> list[Curve]:
     if record.get("study") == CHAPTER_STUDY:
         return _chapter_curves(path, record)
     if isinstance(record.get("curve"), list):
-        kind = _known_kind(path, record.get("kind") or (record.get("identity") or {}).get("kind"))
-        seed = record.get("seed", (record.get("identity") or {}).get("network_seed"))
-        settings = {**recorded_evaluation(record.get("evaluation") or {}), "seed": seed}
-        points = tuple({**point, "kimg": float(point.get("kimg", math.nan))} for point in record["curve"])
-        return [Curve(path, kind, settings, points)]
+        return [record_curve(path, record)]
     raise CurveError(f"{path}: holds no generator evaluation (expected a run's run.json, a weights JSON with a "
                      f"curve, or a {CHAPTER_STUDY} record)")
+
+
+def record_curve(source: str | Path, record: dict[str, Any]) -> Curve:
+    """The curve of a run's ``run.json`` or of a weights JSON already read (``record``; ``source``: where from).
+
+    Raises:
+        CurveError: The record names no known generator kind or has no ``curve`` list.
+    """
+    source = Path(source)
+    if not isinstance(record.get("curve"), list):
+        raise CurveError(f"{source}: holds no evaluation curve")
+    kind = _known_kind(source, record.get("kind") or (record.get("identity") or {}).get("kind"))
+    seed = record.get("seed", (record.get("identity") or {}).get("network_seed"))
+    settings = {**recorded_evaluation(record.get("evaluation") or {}), "seed": seed}
+    points = tuple({**point, "kimg": float(point.get("kimg", math.nan))} for point in record["curve"])
+    return Curve(source, kind, settings, points)
 
 
 def _chapter_curves(path: Path, record: dict[str, Any]) -> list[Curve]:

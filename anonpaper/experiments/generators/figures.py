@@ -6,8 +6,10 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from anonpaper.experiments.generators.claims import tree_differences
 from anonpaper.experiments.generators.config import KINDS
-from anonpaper.experiments.generators.pipeline import MASK_THRESHOLD, TRUNCATIONS, Outcome
+from anonpaper.experiments.generators.curves import Curve, CurveError, record_curve
+from anonpaper.experiments.generators.pipeline import MASK_THRESHOLD, TRUNCATIONS, Outcome, relative_difference
 
 
 def _show(axis, image: np.ndarray) -> None:
@@ -100,7 +102,11 @@ def plot_training(outcome: Outcome):
     for axis, (kind, trained) in zip(axes[0], outcome.generators.items()):
         history = trained.history
         if history.empty or "loss_d" not in history:
-            axis.set_title(f"{kind}: no training history ({trained.source})", fontsize=8)
+            axis.axis("off")
+            what = (f"shipped weights, {trained.kimg:g} kimg:\ntheir losses are not kept;\nthe evaluation curve "
+                    "is in the next figure" if trained.source == "weights" else
+                    f"no training history ({trained.source})")
+            axis.text(0.5, 0.5, f"{kind}\n{what}", ha="center", va="center", fontsize=8, transform=axis.transAxes)
             continue
         losses = history.dropna(subset=["loss_d"])
         kimg = losses["step"] * outcome.config.batch_size / 1000
@@ -110,5 +116,75 @@ def plot_training(outcome: Outcome):
         axis.set_ylabel("non-saturating logistic loss\n(running mean of 20 steps)", fontsize=8)
         axis.set_title(kind, fontsize=9)
         axis.legend(fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def shipped_curves(outcome: Outcome) -> dict[str, Curve]:
+    """kind -> the evaluation curve in the provenance of each shipped generator of ``outcome`` (kinds trained in
+    the run, or shipped without a curve, are left out)."""
+    curves = {}
+    for kind, trained in outcome.generators.items():
+        if trained.source != "weights" or not (trained.provenance or {}).get("curve"):
+            continue
+        try:
+            curves[kind] = record_curve(trained.weights_file or kind, trained.provenance)
+        except CurveError:  # a provenance of another format: no curve to draw
+            continue
+    return curves
+
+
+def plot_curves(outcome: Outcome):
+    """The evaluation curve of each shipped generator, from its provenance, against kimg: the U-Net Frechet
+    distance (log scale), k-NN precision and recall, and the relative differences from the real images that the
+    checks bound (mask fraction; for fundus, skeleton length per piece and junctions per image) with their
+    tolerances. The curve's own protocol is named: a run recorded before small mask pieces were dropped counts
+    every piece (``TREE_MIN_AREA`` 0), so its tree statistics read lower than the chapter's check."""
+    curves = shipped_curves(outcome)
+    if not curves:
+        figure, axis = plt.subplots(figsize=(5, 1.2))
+        axis.axis("off")
+        axis.text(0.5, 0.5, "no shipped generator with an evaluation curve in this run", ha="center", va="center",
+                  fontsize=9)
+        return figure
+    config = outcome.config
+    figure, axes = plt.subplots(3, len(curves), figsize=(4.2 * len(curves), 7.5), squeeze=False, sharex="col")
+    for column, (kind, curve) in enumerate(curves.items()):
+        mask, points = curve.mask, curve.points
+        kimg = np.array([point["kimg"] for point in points], dtype=float)
+
+        def series(name: str) -> np.ndarray:
+            return np.array([curve.value(point, name) for point in points], dtype=float)
+
+        fd = series(f"FD-{mask}-unet")
+        axes[0, column].semilogy(kimg, np.where(fd > 0, fd, np.nan), marker=".")
+        axes[0, column].set_ylabel(f"FD-{mask}-unet (log)", fontsize=8)
+        axes[0, column].set_title(f"{kind} ({curve.source.name})", fontsize=9)
+        for name in ("precision", "recall"):
+            axes[1, column].plot(kimg, series(name), marker=".", label=f"k-NN {name}")
+        axes[1, column].set_ylim(-0.02, 1.02)
+        axes[1, column].set_ylabel("against real images", fontsize=8)
+        axes[1, column].legend(fontsize=7)
+        axis = axes[2, column]
+        fraction = [relative_difference(curve.value(point, f"{mask}_fraction/generated"),
+                                        curve.value(point, f"{mask}_fraction/real")) for point in points]
+        axis.plot(kimg, fraction, marker=".", label=f"{mask} fraction (tolerance {config.mask_tolerance:g})")
+        trees = [tree_differences(lambda name, point=point: curve.value(point, name), mask) for point in points]
+        if any(np.isfinite(effect) for differences in trees for effect, _ in differences.values()):
+            for name in trees[0]:
+                axis.plot(kimg, [differences[name][0] for differences in trees], marker=".",
+                          label=f"{name.replace('_', ' ')} (tolerance {config.tree_tolerance:g})")
+            for bound in (-config.tree_tolerance, config.tree_tolerance):
+                axis.axhline(bound, color="grey", linestyle="--", linewidth=0.8)
+            min_area = curve.settings.get("tree_min_area")
+            axis.set_title("tree statistics: every mask piece counted (this run's protocol)" if not min_area else
+                           f"tree statistics: mask pieces under {min_area} px dropped", fontsize=8)
+        for bound in (-config.mask_tolerance, config.mask_tolerance):
+            axis.axhline(bound, color="grey", linestyle=":", linewidth=0.8)
+        axis.axhline(0.0, color="black", linewidth=0.6)
+        axis.set_ylim(-1.05, 1.5)
+        axis.set_ylabel("(generated - real) / real", fontsize=8)
+        axis.set_xlabel("thousands of real images shown (kimg)", fontsize=8)
+        axis.legend(fontsize=6, loc="best")
     figure.tight_layout()
     return figure
