@@ -437,13 +437,15 @@ def _cmd_generators_curve(args) -> int:
 
     from anonpaper.experiments.generators.curves import compare_trees, curve_table, read_curves, tree_check
 
-    curves = [curve for path in args.path for curve in read_curves(path)
-              if args.kind is None or curve.kind == args.kind]
+    def of_kind(path: str) -> list:
+        return [curve for curve in read_curves(path) if args.kind is None or curve.kind == args.kind]
+
+    curves = [curve for path in args.path for curve in of_kind(path)]
     if not curves:
         raise UsageError(f"no evaluation of {args.kind} in {', '.join(args.path)}")
     reference = None
     if args.against is not None:
-        found = [curve for curve in read_curves(args.against) if args.kind is None or curve.kind == args.kind]
+        found = of_kind(args.against)
         if len(found) != 1:
             raise UsageError(f"--against {args.against}: holds {len(found)} generators' evaluations "
                              f"({', '.join(curve.kind for curve in found) or 'none'}); name one with --kind")

@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         writer.writerows(rows)
     last = {}
     for row in rows:
-        last[" ".join(filter(None, (row["config"], row["changes"])))] = row
+        last[variant_label(row["config"], row["changes"])] = row
     for name, row in last.items():
         print(f"{name} ({row['widths']}): {row['kimg']:g} kimg in {row['train_seconds']:.0f} s, tree distance "
               f"{row['tree_distance']}, FD {row.get('FD-vessel-unet', '')}")
@@ -205,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def variant_label(config: str, changes: str) -> str:
+    """How a variant is named in the printout: the config, then its changes."""
+    return " ".join(filter(None, (config, changes)))
+
+
 def noise_lines(run_dirs: list[Path], best: str) -> list[str]:
     """Whether the closest variant's trees are closer than each other variant's beyond noise, at the last
     evaluation within equal wall time (:func:`~anonpaper.experiments.generators.curves.compare_trees`, on the
@@ -212,7 +217,7 @@ def noise_lines(run_dirs: list[Path], best: str) -> list[str]:
     curves = {}
     for run_dir in run_dirs:
         record = json.loads((run_dir / "run.json").read_text())
-        curves[" ".join(filter(None, (config_name(record), changes_of(record))))] = read_curves(run_dir)[0]
+        curves[variant_label(config_name(record), changes_of(record))] = read_curves(run_dir)[0]
     equal = min(max(point["train_seconds"] for point in curve.points) for curve in curves.values())
 
     def last_within(curve) -> int:

@@ -18,11 +18,12 @@ to ``|reference difference| - |candidate difference|``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -77,6 +78,10 @@ class Curve:
         """A point's metric as a float (NaN when absent or not measured)."""
         found = point.get(name)
         return float(found) if isinstance(found, (int, float)) else math.nan
+
+    def reader(self, point: dict[str, Any]) -> Callable[[str], float]:
+        """``point``'s metrics by name (:meth:`value`), as the tree check reads them."""
+        return functools.partial(self.value, point)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -174,7 +179,7 @@ def tree_check(curve: Curve, point: dict[str, Any]) -> Claim:
     """The chapter's vessel-tree check at one point of ``curve`` (the generators chapter's rule and tolerance)."""
     config = curve.config
     size = {"n": int(config.eval_images), "min_n": config.min_eval_images, "kind": "phantom-check"}
-    return tree_claim(lambda name: curve.value(point, name), curve.kind, config, _unet(curve, point), size)
+    return tree_claim(curve.reader(point), curve.kind, config, _unet(curve, point), size)
 
 
 def _percent(effect: float, se: float) -> str:
@@ -188,7 +193,7 @@ def curve_table(curve: Curve) -> pd.DataFrame:
     mask = curve.mask
     rows = []
     for point in curve.points:
-        value = lambda name: curve.value(point, name)  # noqa: E731 (one point's reader)
+        value = curve.reader(point)
         seconds = value("train_seconds")
         row = {"kimg": value("kimg"), "hours": round(seconds / 3600, 2) if math.isfinite(seconds) else math.nan,
                f"FD-{mask}-unet": value(f"FD-{mask}-unet"), "precision": value("precision"),
@@ -247,8 +252,7 @@ def compare_trees(candidate: Curve, reference: Curve, *, point: int = -1, refere
             chosen.append(curve.points[index])
         except IndexError:
             raise CurveError(f"{curve.source}: has {len(curve.points)} evaluations, no point {index}") from None
-    ours, theirs = (tree_differences(lambda name, chosen_point=chosen_point: curve.value(chosen_point, name),
-                                     curve.mask)
+    ours, theirs = (tree_differences(curve.reader(chosen_point), curve.mask)
                     for curve, chosen_point in ((candidate, chosen[0]), (reference, chosen[1])))
     binding = binding_tree_statistic(ours, z)
     rows = []

@@ -169,7 +169,7 @@ def plot_curves(outcome: Outcome):
         fraction = [relative_difference(curve.value(point, f"{mask}_fraction/generated"),
                                         curve.value(point, f"{mask}_fraction/real")) for point in points]
         axis.plot(kimg, fraction, marker=".", label=f"{mask} fraction (tolerance {config.mask_tolerance:g})")
-        trees = [tree_differences(lambda name, point=point: curve.value(point, name), mask) for point in points]
+        trees = [tree_differences(curve.reader(point), mask) for point in points]
         if any(np.isfinite(effect) for differences in trees for effect, _ in differences.values()):
             for name in trees[0]:
                 axis.plot(kimg, [differences[name][0] for differences in trees], marker=".",
