@@ -12,7 +12,7 @@ from anonpaper.data.splits import patient_split
 from anonpaper.cache import ArtifactCache, atomic_write_bytes
 from anonpaper.runtime import content_hash, get_device, seed_everything
 from anonpaper.runtime import capture_rng_state, restore_rng_state
-from anonpaper.train.checkpoint import load_checkpoint, save_checkpoint
+from anonpaper.train.checkpoint import load_checkpoint, pack_history, save_checkpoint, unpack_history
 
 pytestmark = pytest.mark.unit
 
@@ -184,6 +184,50 @@ def test_checkpoint_round_trip_restores_rng(tmp_path):
     (tmp_path / "bad.pt").write_bytes(b"garbage")
     with pytest.raises(ValueError, match="bad.pt"):
         load_checkpoint(tmp_path / "bad.pt")
+
+
+def test_packed_history_round_trips_exactly_and_is_smaller(tmp_path):
+    rng = np.random.default_rng(0)
+    rows = []
+    for step in range(1, 401):
+        row = {"step": step, "loss": float(np.float32(rng.normal())), "seconds": float(rng.random())}
+        if step % 4 == 0:
+            row["path_length"] = float(np.float32(rng.random()))
+        if step % 100 == 0:
+            row = {"step": step, "metric_fd": float(rng.random()), "note": f"tick {step}"}
+        rows.append(row)
+    rows[7]["loss"] = float("nan")  # a diverged step stays NaN, not "absent"
+    rows[9]["loss"] = 3  # a column of mixed types is kept as objects
+    packed = pack_history(rows)
+    columns = packed["columns"]
+    assert columns["step"]["values"].dtype == torch.int64 and columns["step"]["present"] is None
+    assert columns["seconds"]["values"].dtype == torch.float64  # float64 draws do not survive float32
+    assert columns["path_length"]["values"].dtype == torch.float32  # float32 values do
+    assert columns["loss"]["kind"] == "object" and columns["note"]["kind"] == "object"
+    save_checkpoint(tmp_path / "packed.pt", {"history": packed})
+    save_checkpoint(tmp_path / "rows.pt", {"history": rows})
+    back = unpack_history(load_checkpoint(tmp_path / "packed.pt")["history"])
+    assert len(back) == len(rows)
+    for original, restored in zip(rows, back):
+        assert original.keys() == restored.keys()
+        for key, value in original.items():
+            assert type(restored[key]) is type(value)
+            assert restored[key] == value or (np.isnan(value) and np.isnan(restored[key]))
+    assert list(pd.DataFrame(back).columns) == list(pd.DataFrame(rows).columns)
+    # A GAN-like history (float32 losses, float64 timings, one row a step) packs to under half its pickled rows.
+    plain = [{"step": step, **{f"loss_{j}": float(np.float32(rng.normal())) for j in range(8)},
+              "seconds": float(rng.random())} for step in range(2000)]
+    save_checkpoint(tmp_path / "packed.pt", {"history": pack_history(plain)})
+    save_checkpoint(tmp_path / "rows.pt", {"history": plain})
+    assert (tmp_path / "packed.pt").stat().st_size < 0.5 * (tmp_path / "rows.pt").stat().st_size
+    assert unpack_history(rows) == rows and unpack_history(rows) is not rows  # older checkpoints: a list of rows
+    assert unpack_history(pack_history([])) == []
+    with pytest.raises(ValueError, match="anonpaper.history/0"):
+        unpack_history({"format": "anonpaper.history/0"})
+    broken = pack_history(rows)
+    broken["columns"]["loss"]["values"] = broken["columns"]["loss"]["values"][:-1]
+    with pytest.raises(ValueError, match="'loss' has"):
+        unpack_history(broken)
 
 
 class _TinyCohort(Cohort):

@@ -7,6 +7,7 @@ import torch
 
 from anonpaper.models.stylegan import (AdaptiveAugmentController, ResidualDiscriminator, StyleGenerator,
                                        adaptive_augment, diff_augment, get_config)
+from anonpaper.train.checkpoint import load_checkpoint, save_checkpoint, unpack_history
 from anonpaper.train.gan import GANTrainingConfig, train_gan
 
 
@@ -37,6 +38,11 @@ def test_resume_from_checkpoint_continues_identically(name, tmp_path):
     first = train_gan(G, D, data, _short_config(output_dir=str(tmp_path / "b"), total_steps=2, checkpoint_every=2))
     assert first.step == 2
     G, D = _models(name)  # fresh objects: everything must come from the checkpoint
+    if name == "sg2-tiny":  # a checkpoint of the first format (history as a list of rows) resumes alike
+        state = load_checkpoint(tmp_path / "b" / "checkpoint.pt")
+        assert state["format"] == "anonpaper.gan/2"
+        state.update(format="anonpaper.gan/1", history=unpack_history(state["history"]))
+        save_checkpoint(tmp_path / "b" / "checkpoint.pt", state)
     resumed = train_gan(G, D, data, _short_config(output_dir=str(tmp_path / "b"), checkpoint_every=2))
     assert resumed.resumed_from_step == 2 and resumed.step == 4
     for a, b in ((straight.generator, resumed.generator), (straight.generator_ema, resumed.generator_ema),

@@ -92,13 +92,14 @@ from anonpaper.models.stylegan.augment import AdaptiveAugmentController, adaptiv
 from anonpaper.models.stylegan.config import get_config
 from anonpaper.models.stylegan.layers import to_signed_range, to_unit_range
 from anonpaper.runtime import capture_rng_state, restore_rng_state
-from anonpaper.train.checkpoint import load_checkpoint, save_checkpoint
+from anonpaper.train.checkpoint import load_checkpoint, pack_history, save_checkpoint, unpack_history
 from anonpaper.train.distributed import (all_reduce_gradients, all_reduce_sum, average_buffers, default_device,
                                          rank_and_world, select_rows)
 from anonpaper.train.distributed import init_distributed  # noqa: F401 (was defined here; scripts import it)
 from anonpaper.train.loop import as_image_tensor
 
-CHECKPOINT_FORMAT = "anonpaper.gan/1"
+CHECKPOINT_FORMAT = "anonpaper.gan/2"  # /2: the history column-packed (pack_history); /1 (a list of rows) still resumes
+READABLE_CHECKPOINT_FORMATS = ("anonpaper.gan/1", CHECKPOINT_FORMAT)
 AUGMENT_MODES = ("none", "diffaugment", "ada")
 
 
@@ -509,10 +510,11 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
         state = load_checkpoint(checkpoint_path)
         if state is not None:
             streams = state.get("training_rng") or []
-            if state.get("format") != CHECKPOINT_FORMAT or len(streams) != 1:
+            if state.get("format") not in READABLE_CHECKPOINT_FORMATS or len(streams) != 1:
                 raise ValueError(f"checkpoint {checkpoint_path} has format {state.get('format')!r} with "
-                                 f"{len(streams)} random streams; expected {CHECKPOINT_FORMAT!r} with one (older "
-                                 "multi-process runs kept one stream per process and cannot resume: delete it)")
+                                 f"{len(streams)} random streams; expected one of {READABLE_CHECKPOINT_FORMATS} "
+                                 "with one (older multi-process runs kept one stream per process and cannot "
+                                 "resume: delete it)")
             G.load_state_dict(state["generator"])
             G_ema.load_state_dict(state["generator_ema"])
             D.load_state_dict(state["discriminator"])
@@ -521,7 +523,7 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
             rng.set_state(streams[0])
             ada.load_state_dict(state["ada"])
             pl_mean = state["path_length_mean"].to(device)
-            history = list(state["history"])
+            history = unpack_history(state["history"])
             start_step = int(state["step"])
             restore_rng_state(state["global_rng"])
     resumed_from = start_step
@@ -597,7 +599,7 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
             "generator": G.state_dict(), "generator_ema": G_ema.state_dict(), "discriminator": D.state_dict(),
             "optimizer_generator": opt_G.state_dict(), "optimizer_discriminator": opt_D.state_dict(),
             "training_rng": [rng.get_state()], "global_rng": capture_rng_state(), "ada": ada.state_dict(),
-            "path_length_mean": pl_mean.detach().cpu(), "history": history,
+            "path_length_mean": pl_mean.detach().cpu(), "history": pack_history(history),
             "training_config": asdict(config), "generator_config": getattr(G, "config", None)})
 
     sample_z = torch.randn(config.sample_count, G.z_dim, generator=torch.Generator().manual_seed(config.seed + 7))
