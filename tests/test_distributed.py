@@ -34,6 +34,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anonpaper.models.stylegan import ResidualDiscriminator, StyleGenerator, get_config
+from anonpaper.train.checkpoint import unpack_history
 from anonpaper.train.distributed import init_distributed, rank_and_world, select_rows, shard_rows
 from anonpaper.train.gan import GANTrainingConfig, train_gan
 from anonpaper.train.loop import fit, labelled_minibatches
@@ -170,8 +171,8 @@ def test_gan_step_on_two_processes_matches_one_process(two_processes, one_proces
     """Two processes with 4 images each compute the gradients of one process with all 8 (and log its losses)."""
     reference = _moments(one_process_lr0[None])
     assert _largest_difference(_moments(two_processes / "gan_lr0"), reference) < TOLERANCE
-    logged = torch.load(two_processes / "gan_lr0" / "checkpoint.pt", weights_only=False)["history"][0]
-    expected = torch.load(one_process_lr0[None] / "checkpoint.pt", weights_only=False)["history"][0]
+    logged = unpack_history(torch.load(two_processes / "gan_lr0" / "checkpoint.pt", weights_only=False)["history"])[0]
+    expected = unpack_history(torch.load(one_process_lr0[None] / "checkpoint.pt", weights_only=False)["history"])[0]
     assert logged.keys() == expected.keys()
     for name in ("loss_g_adv", "loss_path_length", "path_length_mean", "loss_d", "loss_r1"):
         assert logged[name] == pytest.approx(expected[name], rel=TOLERANCE), name
