@@ -14,6 +14,10 @@ held in memory, with Adam and a cross-entropy loss, for the same epochs and batc
   epoch; channels-last and bfloat16 autocast on CUDA (float32, default layout on CPU, where channels-last
   convolutions take other kernels). No validation.
 
+With ``--channels-last`` both loops train in channels-last layout on the CPU too (the package loop through
+``TrainSettings(channels_last=True)``); the rows say which layout ran (``layout``), so that runs with and without
+the flag compare the layouts on one machine.
+
 Rounds alternate the two loops so that a shared machine's load hits both alike; the best round of each is kept.
 Besides wall-clock images/s, each row has images per second of the process's CPU time (``time.process_time``),
 which a busy shared machine disturbs much less than wall time (with one thread, CPU time is the loop's own work;
@@ -22,6 +26,7 @@ with the device, threads, torch version and git commit; the package row carries 
 
 Usage:
     python benchmarks/bench_train_loop.py                                  # CPU, small_cnn, 64 px, 1 thread
+    python benchmarks/bench_train_loop.py --model resnet10t --size 128 --threads 2 --channels-last
     python benchmarks/bench_train_loop.py --device cuda --model resnet50d --size 256 --batch 64 --images 2048
 """
 
@@ -46,7 +51,8 @@ from anonpaper.train.loop import TrainSettings
 from result_rows import append_rows
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_loop.csv"
-FIELDS = ["loop", "model", "image_size", "batch", "images", "val_images", "epochs", "images_per_s", "ratio_to_plain",
+FIELDS = ["loop", "model", "image_size", "batch", "images", "val_images", "epochs", "layout", "images_per_s",
+          "ratio_to_plain",
           "images_per_cpu_s", "cpu_ratio_to_plain", "device", "device_name", "threads", "torch", "git_commit", "rounds",
           "note", "timestamp"]
 LEARNING_RATE = 1e-3
@@ -79,8 +85,8 @@ def _network(model: str, seed: int) -> torch.nn.Module:
     return build_classifier(model, 3, 2)
 
 
-def package_loop(model: str, train: tuple, val: tuple, batch: int, epochs: int,
-                 device: torch.device) -> tuple[float, float]:
+def package_loop(model: str, train: tuple, val: tuple, batch: int, epochs: int, device: torch.device,
+                 channels_last: bool = False) -> tuple[float, float]:
     """(wall, CPU) seconds of the loop of one :func:`train_classifier` call (from the entry of ``fit``)."""
     network = _network(model, 0)
     started: list[tuple[float, float]] = []
@@ -93,13 +99,15 @@ def package_loop(model: str, train: tuple, val: tuple, batch: int, epochs: int,
 
     with mock.patch.object(classifier_module, "fit", timed_fit):
         classifier_module.train_classifier(network, train, val, TrainSettings(
-            epochs=epochs, batch_size=batch, lr=LEARNING_RATE, seed=0, device=device, progress=False),
+            epochs=epochs, batch_size=batch, lr=LEARNING_RATE, seed=0, device=device, progress=False,
+            channels_last=channels_last or None),
             class_weights=None)
     _synchronize(device)
     return time.perf_counter() - started[0][0], time.process_time() - started[0][1]
 
 
-def plain_loop(model: str, train: tuple, batch: int, epochs: int, device: torch.device) -> tuple[float, float]:
+def plain_loop(model: str, train: tuple, batch: int, epochs: int, device: torch.device,
+               channels_last: bool = False) -> tuple[float, float]:
     """(wall, CPU) seconds of a hand-written loop over the same images (see the module docstring)."""
     cuda = device.type == "cuda"
     images = torch.from_numpy(np.ascontiguousarray(train[0].transpose(0, 3, 1, 2))).float() / 255
@@ -108,7 +116,7 @@ def plain_loop(model: str, train: tuple, batch: int, epochs: int, device: torch.
     _synchronize(device)
     start, start_cpu = time.perf_counter(), time.process_time()
     network = InputNormalization(_network(model, 0), mean, std).to(device)
-    layout = torch.channels_last if cuda else torch.contiguous_format
+    layout = torch.channels_last if cuda or channels_last else torch.contiguous_format
     network = network.to(memory_format=layout)
     optimizer = torch.optim.Adam(network.parameters(), lr=LEARNING_RATE, weight_decay=1e-5)
     generator = torch.Generator().manual_seed(0)
@@ -149,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=2, help="epochs per timed run")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each loop is kept")
     parser.add_argument("--threads", type=int, default=1, help="CPU intra-op threads")
+    parser.add_argument("--channels-last", action="store_true",
+                        help="both loops in channels-last layout on the CPU too (always so on CUDA)")
     parser.add_argument("--note", default="", help="free text stored with the rows (e.g. 'machine shared')")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -176,13 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device={device} ({_device_name(device)}) threads={torch.get_num_threads()} torch={torch.__version__} "
           f"model={args.model} {args.size}px batch={args.batch} images={args.images} epochs={args.epochs}")
     # Warm-up (kernel choice, allocator, lazy imports) outside the timed rounds.
-    plain_loop(args.model, (train[0][:2 * args.batch], train[1][:2 * args.batch]), args.batch, 1, device)
-    package_loop(args.model, (train[0][:2 * args.batch], train[1][:2 * args.batch]), val, args.batch, 1, device)
+    warm_up = (train[0][:2 * args.batch], train[1][:2 * args.batch])
+    plain_loop(args.model, warm_up, args.batch, 1, device, args.channels_last)
+    package_loop(args.model, warm_up, val, args.batch, 1, device, args.channels_last)
     best = {"plain": [float("inf")] * 2, "package": [float("inf")] * 2}  # wall, CPU seconds
     for round_ in range(args.rounds):
         for loop in ("plain", "package"):
-            seconds = (plain_loop(args.model, train, args.batch, args.epochs, device) if loop == "plain"
-                       else package_loop(args.model, train, val, args.batch, args.epochs, device))
+            seconds = (plain_loop(args.model, train, args.batch, args.epochs, device, args.channels_last)
+                       if loop == "plain" else
+                       package_loop(args.model, train, val, args.batch, args.epochs, device, args.channels_last))
             best[loop] = [min(old, new) for old, new in zip(best[loop], seconds)]
             print(f"round {round_ + 1} {loop:<8} {args.epochs * args.images / seconds[0]:9.1f} img/s  "
                   f"{args.epochs * args.images / seconds[1]:9.1f} img/CPU-s", flush=True)
@@ -191,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     append_rows(args.output, FIELDS, ({
         "loop": loop, "model": args.model, "image_size": args.size, "batch": args.batch,
         "images": args.images, "val_images": args.val_images if loop == "package" else 0,
-        "epochs": args.epochs, "images_per_s": f"{rates[loop]:.1f}",
+        "epochs": args.epochs,
+        "layout": "channels_last" if args.channels_last or device.type == "cuda" else "contiguous",
+        "images_per_s": f"{rates[loop]:.1f}",
         "ratio_to_plain": f"{rates['package'] / rates['plain']:.3f}" if loop == "package" else "",
         "images_per_cpu_s": f"{cpu_rates[loop]:.1f}",
         "cpu_ratio_to_plain": f"{cpu_rates['package'] / cpu_rates['plain']:.3f}" if loop == "package" else "",

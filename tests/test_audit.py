@@ -20,6 +20,8 @@ from anonpaper.audit.scores import paired_seed_score
 from anonpaper.audit.suite import link_released_images
 from anonpaper.data import load_cohort
 from anonpaper.metrics.statistics import patient_bootstrap_se
+from anonpaper.models.classifiers import build_classifier
+from anonpaper.models.normalization import InputNormalization
 
 pytestmark = pytest.mark.unit
 
@@ -228,3 +230,14 @@ def test_a_shared_network_memo_trains_the_originals_networks_once_and_changes_no
     assert 0 < len(memo) - after_first < after_first
     with pytest.raises(ValueError, match="networks must be a NetworkMemo"):
         audit_release(images, darker, patients, networks={}, **common)
+    # The attackers and task models trained in channels-last layout (settings.channels_last), the identity
+    # embeddings in the default one (their trainer takes no layout).
+    layouts = {}
+    for network in memo.networks.values():
+        convolution = next(module for module in network.modules() if isinstance(module, torch.nn.Conv2d))
+        kind = type(network.model if isinstance(network, InputNormalization) else network).__name__
+        layouts.setdefault(kind, set()).add(convolution.weight.is_contiguous(memory_format=torch.channels_last))
+    classifier = type(build_classifier(settings.classifier_backbone, 3, 2)).__name__
+    assert layouts.pop(classifier) == {True} and layouts and all(found == {False} for found in layouts.values())
+    with pytest.raises(ValueError, match="channels_last must be True or False, got 'yes'"):
+        AuditSettings(channels_last="yes")

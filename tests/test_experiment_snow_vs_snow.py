@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from anonpaper.cache import ArtifactCache
 from anonpaper.data.cohort import Cohort
 from anonpaper.data.arrays import SPLITS, load_arrays, split_summary
 from anonpaper.experiments.claims import check_record
@@ -102,6 +103,27 @@ def test_config_validates():
             tiny_config(training_seeds=seeds)
     assert tiny_config(training_seeds=1).training_seeds == 1 and svs.Config().training_seeds == 3
     assert tiny_config(p_values=(0.5, 0.1)).p_values == (0.1, 0.5)
+    with pytest.raises(ValueError, match="CHANNELS_LAST must be True or False, got 1"):
+        tiny_config(channels_last=1)
+
+
+def test_the_layout_enters_the_classifier_key_only_when_channels_last():
+    # Networks trained in the default layout keep the keys they had before the option existed; channels-last ones,
+    # whose floats differ, get keys of their own.
+    default_layout = tiny_config(channels_last=False).classifier_description()
+    assert "channels_last" not in default_layout
+    assert tiny_config().classifier_description() == {**default_layout, "channels_last": True}
+
+
+def test_the_classifiers_train_in_the_configured_layout(arrays):
+    train = (arrays.images["train"][:16], arrays.sex["train"][:16])
+    val = (arrays.images["val"][:8], arrays.sex["val"][:8])
+    for channels_last in (True, False):
+        config = tiny_config(channels_last=channels_last)
+        model, _ = svs.train_task_classifier("sex", train, val, config, {"layout-test": channels_last},
+                                             device="cpu", cache=ArtifactCache("snow-layout-test"))
+        convolution = next(module for module in model.modules() if isinstance(module, torch.nn.Conv2d))
+        assert convolution.weight.is_contiguous(memory_format=torch.channels_last) is channels_last
 
 
 def test_load_arrays_splits_and_labels(arrays):

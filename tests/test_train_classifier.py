@@ -96,3 +96,46 @@ def test_classifier_loop_on_cuda_channels_last_with_augmentation_on_the_gpu():
     convolution = next(m for m in result.model.modules() if isinstance(m, torch.nn.Conv2d))
     assert convolution.weight.is_cuda and convolution.weight.is_contiguous(memory_format=torch.channels_last)
     assert np.isfinite(result.history["train_loss"]).all() and result.best_score >= 0.9
+
+
+def test_channels_last_on_the_cpu_is_deterministic_learns_and_keys_its_checkpoint(tmp_path):
+    """Asked for, the CPU trains in channels-last layout: the same seed gives the same weights, the task is learnt,
+    and a checkpoint of the default layout (other floats) is not resumed as if it were the same run."""
+    train, val = _separable(48, 0), _separable(24, 1)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        runs.append(train_classifier(build_classifier("small_cnn", 3, 2), train, val,
+                                     TrainSettings(epochs=5, batch_size=16, lr=3e-3, seed=0, device="cpu",
+                                                   progress=False, channels_last=True),
+                                     augment=paper2_augmentation()))
+    convolution = next(m for m in runs[0].model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert convolution.weight.is_contiguous(memory_format=torch.channels_last)
+    for name, value in runs[0].model.state_dict().items():
+        assert torch.equal(value, runs[1].model.state_dict()[name]), name
+    assert runs[0].best_score >= 0.9
+    # Its predictions are the same function whatever layout the images come in.
+    images = torch.from_numpy(val[0]).permute(0, 3, 1, 2).float() / 255
+    probabilities = predict_proba(runs[0].model, images)
+    assert np.allclose(predict_proba(runs[0].model, images.contiguous(memory_format=torch.channels_last)),
+                       probabilities, atol=1e-6)
+
+    checkpoint = tmp_path / "classifier.pt"
+    train_classifier(build_classifier("small_cnn", 3, 2), train, val,
+                     TrainSettings(epochs=1, batch_size=16, device="cpu", progress=False, checkpoint_path=checkpoint))
+    with pytest.raises(ValueError, match="belongs to another run"):
+        train_classifier(build_classifier("small_cnn", 3, 2), train, val,
+                         TrainSettings(epochs=1, batch_size=16, device="cpu", progress=False,
+                                       checkpoint_path=checkpoint, channels_last=True))
+
+
+def test_channels_last_is_validated_and_refused_by_trainers_without_it():
+    with pytest.raises(ValueError, match="channels_last must be True, False or None, got 'yes'"):
+        TrainSettings(epochs=1, channels_last="yes")
+    from anonpaper.models.unet import UNet
+    from anonpaper.train.segmenter import train_segmenter
+
+    images = np.zeros((4, 16, 16, 3), dtype=np.uint8)
+    with pytest.raises(ValueError, match="train_segmenter does not use channels_last"):
+        train_segmenter(UNet(3, 1, base_width=4, depth=2), images, np.zeros((4, 16, 16), dtype=bool),
+                        TrainSettings(epochs=1, batch_size=2, device="cpu", progress=False, channels_last=True))

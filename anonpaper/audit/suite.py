@@ -321,9 +321,11 @@ class _Instruments:
         self._memo = (memo if memo is not None else NetworkMemo()).networks
         self._settings_key = content_hash(repr(settings))
 
-    def _train_settings(self, epochs: int, seed: int) -> TrainSettings:
+    def _train_settings(self, epochs: int, seed: int, classifier: bool = False) -> TrainSettings:
+        # Only the classifier trainers take a layout (the embedding and segmenter trainers refuse one).
         return TrainSettings(epochs=epochs, batch_size=self.settings.batch_size, lr=self.settings.lr, seed=seed,
-                             device=self.settings.device, progress=False)
+                             device=self.settings.device, progress=False,
+                             channels_last=(self.settings.channels_last or None) if classifier else None)
 
     def _memoised(self, kind: str, images: torch.Tensor, labels: np.ndarray, seed: int,
                   build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
@@ -353,7 +355,7 @@ class _Instruments:
             network = build_classifier(settings.classifier_backbone, self.channels, classes)
             # Selected on its own training data: no attacked patient may inform the attacker.
             return train_classifier(network, (images, labels), (images, labels),
-                                    self._train_settings(settings.classifier_epochs, seed).with_defaults(
+                                    self._train_settings(settings.classifier_epochs, seed, True).with_defaults(
                                         lr_schedule="cosine")).model
 
         return self._memoised(f"classifier-{classes}", images, labels, seed, build)
@@ -364,7 +366,7 @@ class _Instruments:
         def build() -> torch.nn.Module:
             network = build_classifier(settings.classifier_backbone, self.channels, labels.shape[1])
             return train_multilabel_classifier(network, (images, labels),
-                                               self._train_settings(settings.classifier_epochs, seed)).model
+                                               self._train_settings(settings.classifier_epochs, seed, True)).model
 
         return self._memoised("multilabel", images, labels, seed, build)
 

@@ -49,7 +49,7 @@ def train_classifier(model: nn.Module, train: tuple[Any, Any], val: tuple[Any, A
             2's Adam at a fixed rate; ``"cosine"`` anneals to 0 over the epochs: from scratch on a few hundred
             images a constant 1e-3 leaves the last epochs' weights and BatchNorm statistics jumping between good
             and poor validation scores), early-stopping patience on validation F1, seed, device, checkpoint,
-            progress.
+            progress, layout (``channels_last``).
         loss: ``"ce"`` (cross-entropy) or ``"focal"`` (:class:`FocalLoss` with ``focal_gamma``).
         focal_gamma: Focal-loss gamma (paper 2: 0.6 for DR grading).
         class_weights: ``"balanced"`` (scikit-learn's n / (K n_c) from the training labels), None (unweighted) or
@@ -126,13 +126,15 @@ def train_classifier(model: nn.Module, train: tuple[Any, Any], val: tuple[Any, A
         "model": type(model).__name__}
     if config is not None and lr_schedule != "constant":
         config["lr_schedule"] = lr_schedule  # only a new option enters the hash: older checkpoints stay valid
+    if config is not None and settings.channels_last:
+        config["channels_last"] = True  # other floats: a checkpoint of the default layout is not resumed
     number_of_batches = count // batch_size + int(count % batch_size >= 2)  # batches of one are skipped
     result = fit(wrapped, batches=batches, step=step, optimizer=optimizer, epochs=epochs, scheduler=scheduler,
                  evaluate=evaluate,
                  monitor="val_f1", mode="max", early_stopping_patience=early_stopping_patience, seed=seed,
                  device=device, checkpoint_path=checkpoint_path, config=config, progress=progress,
-                 description="classifier",
-                 batches_per_epoch=number_of_batches)
+                 description="classifier", batches_per_epoch=number_of_batches,
+                 channels_last=settings.channels_last)
     result.extras.update({"class_weights": weights, "mean": mean, "std": std, "num_classes": num_classes})
     return result
 

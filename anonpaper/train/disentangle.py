@@ -298,7 +298,7 @@ def train_disentangler(model: DisentangleModel, train: dict[str, Any], val: dict
         :class:`TrainResult`; ``history`` has the loss parts and ``val_ssim``, ``val_disease_accuracy``,
         ``val_identity_accuracy`` and their mean ``val_score`` (the monitored value).
     """
-    settings.refuse("train_disentangler", "lr_schedule")
+    settings.refuse("train_disentangler", "lr_schedule", "channels_last")
     settings = settings.with_defaults(batch_size=32, lr=2e-4, weight_decay=0.0)
     for name, split in (("train", train), ("val", val)):
         missing = {"images", "disease", "identity"} - set(split)
@@ -411,7 +411,7 @@ def train_identity_vae(vae: IdentityVAE, identity_vectors: torch.Tensor, setting
     Returns:
         :class:`TrainResult` (monitored: training loss).
     """
-    settings.refuse("train_identity_vae", "lr_schedule")
+    settings.refuse("train_identity_vae", "lr_schedule", "channels_last")
     settings = settings.with_defaults(batch_size=64, lr=1e-3, weight_decay=0.0)
     if privacy not in ("none", "entropy", "hinge"):
         raise ValueError(f"privacy must be 'none', 'entropy' or 'hinge', got {privacy!r}")

@@ -44,7 +44,7 @@ def train_embedding(model: nn.Module, images: Any, identities: Any, settings: Tr
         :class:`TrainResult`; ``model`` is an :class:`InputNormalization` wrapper (images in [0, 1]); ``extras``
         holds ``head`` (the trained :class:`ArcFaceHead`) and ``identity_values`` (label of each head row).
     """
-    settings.refuse("train_embedding", "lr_schedule")
+    settings.refuse("train_embedding", "lr_schedule", "channels_last")
     settings = settings.with_defaults(batch_size=32, lr=1e-3, weight_decay=5e-4)
     epochs, batch_size, lr, weight_decay = settings.epochs, settings.batch_size, settings.lr, settings.weight_decay
     early_stopping_patience, seed = settings.early_stopping_patience, settings.seed

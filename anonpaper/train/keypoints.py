@@ -437,7 +437,8 @@ def train_keypoint_detector(model: KeypointNet, images: Any, keypoints: Sequence
     """
     if not isinstance(model, KeypointNet):
         raise ValueError(f"model must be a KeypointNet, got {type(model).__name__}")
-    settings.refuse("train_keypoint_detector", "weight_decay", "lr_schedule", "early_stopping_patience")
+    settings.refuse("train_keypoint_detector", "weight_decay", "lr_schedule", "early_stopping_patience",
+                    "channels_last")
     settings = settings.with_defaults(batch_size=8, lr=1e-3)
     epochs, batch_size, lr, seed = settings.epochs, settings.batch_size, settings.lr, settings.seed
     device, checkpoint_path, progress = settings.device, settings.checkpoint_path, settings.progress

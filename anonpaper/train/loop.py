@@ -70,6 +70,10 @@ class TrainSettings:
         device: Training device; None picks CUDA when available.
         checkpoint_path: Per-epoch checkpoint; a run resumes from it when present.
         progress: Show progress bars.
+        channels_last: Train in channels-last layout (model and 4-D inputs); None: on CUDA only, as :func:`fit`.
+            On a CPU, oneDNN's channels-last convolutions train a ResNet faster (benchmarks/bench_train_loop.py
+            ``--channels-last``) but round differently from the default layout, so a trainer takes it only when
+            asked and a cache key that depends on the floats must name it.
 
     Example:
         >>> settings = TrainSettings(epochs=3, lr=1e-2).with_defaults(lr=1e-4, batch_size=32)
@@ -87,12 +91,15 @@ class TrainSettings:
     device: Any = None
     checkpoint_path: str | Path | None = None
     progress: bool = True
+    channels_last: bool | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 0:
             raise ValueError(f"epochs must be a non-negative integer, got {self.epochs!r}")
         if self.lr_schedule not in (None, "constant", "cosine"):
             raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
+        if self.channels_last is not None and not isinstance(self.channels_last, bool):
+            raise ValueError(f"channels_last must be True, False or None, got {self.channels_last!r}")
 
     def with_defaults(self, **defaults: Any) -> "TrainSettings":
         """A copy whose None fields named in ``defaults`` take those values."""
@@ -220,7 +227,8 @@ def fit(model: nn.Module, *, batches: Callable[[int, torch.Generator], Iterable[
         on_epoch_end: Called as ``on_epoch_end(epoch, row)`` (1-based epoch) after the checkpoint is written;
             exceptions propagate (tests use this to simulate an interruption).
         channels_last: Train in channels-last layout (model and 4-D inputs); None: on CUDA only (faster
-            convolutions under autocast; on CPU the layout picks other kernels, so it stays off to keep results).
+            convolutions under autocast; on CPU the layout picks other oneDNN kernels, faster for the classifiers
+            but rounding differently, so a CPU run takes it only when asked and keeps its results otherwise).
 
     Returns:
         :class:`TrainResult`.

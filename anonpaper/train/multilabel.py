@@ -65,7 +65,7 @@ def train_multilabel_classifier(model: nn.Module, train: tuple[Any, Any], settin
         train: ``(images, labels)``: uint8 (N, H, W[, C]) or float (N, C, H, W) in [0, 1], and (N, K) 0/1 labels.
         settings: Epochs; batch size (default 32); Adam lr (default 1e-3) and weight decay (default 1e-5); lr
             schedule (default ``"cosine"``: short schedules from scratch otherwise end on a noisy epoch); early
-            stopping, seed, device, checkpoint (not used: runs are short), progress.
+            stopping, seed, device, checkpoint (not used: runs are short), progress, layout (``channels_last``).
         val: Optional ``(images, labels)``; then the best validation macro AUROC selects the epoch.
         augment: ``augment(images, generator) -> images`` on float batches in [0, 1].
 
@@ -111,7 +111,8 @@ def train_multilabel_classifier(model: nn.Module, train: tuple[Any, Any], settin
                  monitor="val_auroc" if val is not None else "train_loss", mode="max" if val is not None else "min",
                  early_stopping_patience=settings.early_stopping_patience, seed=settings.seed, device=device,
                  progress=settings.progress, description="multi-label classifier",
-                 batches_per_epoch=count // settings.batch_size + int(count % settings.batch_size >= 2))
+                 batches_per_epoch=count // settings.batch_size + int(count % settings.batch_size >= 2),
+                 channels_last=settings.channels_last)
     result.extras.update({"pos_weight": pos_weight, "mean": mean, "std": std})
     return result
 

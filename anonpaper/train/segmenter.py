@@ -114,6 +114,7 @@ def train_segmenter(model: nn.Module, images: Any, masks: Any, settings: TrainSe
     Returns:
         :class:`TrainResult` with ``model`` an :class:`InputNormalization` wrapper (images in [0, 1]).
     """
+    settings.refuse("train_segmenter", "channels_last")
     settings = settings.with_defaults(batch_size=32, lr=1e-4, weight_decay=1e-5, lr_schedule="cosine")
     epochs, batch_size, lr, weight_decay = settings.epochs, settings.batch_size, settings.lr, settings.weight_decay
     scheduler = "cosine" if settings.lr_schedule == "cosine" else None

@@ -44,6 +44,11 @@ class Config(ChapterConfig):
                                     "probability 0.25).")
     lr_schedule: str = parameter("cosine", "Learning-rate schedule: 'constant' (the paper) or 'cosine' (annealing; "
                                            "steadier short runs from scratch).")
+    channels_last: bool = parameter(True, "Train the classifiers in channels-last layout on a CPU too (False: on "
+                                          "CUDA only): oneDNN's channels-last convolutions train the ResNet faster, "
+                                          "most on AVX-512 (benchmarks/bench_train_loop.py --channels-last), but "
+                                          "round differently, so the networks differ slightly from the default "
+                                          "layout's.")
     segmenter: str = parameter("unet", "Vessel segmenter: 'frunet' (FR-UNet-style, the paper) or 'unet'.")
     segmenter_width: int = parameter(8, "Channels of the segmenter's full-resolution level (FR-UNet: 32; widths "
                                         "double per level).")
@@ -90,6 +95,7 @@ class Config(ChapterConfig):
              f"BATCH_SIZE must be an integer >= 2, got {self.batch_size!r}"),
             (self.lr_schedule in ("constant", "cosine"),
              f"LR_SCHEDULE must be 'constant' or 'cosine', got {self.lr_schedule!r}"),
+            (isinstance(self.channels_last, bool), f"CHANNELS_LAST must be True or False, got {self.channels_last!r}"),
             (self.segmenter in ("frunet", "unet"), f"SEGMENTER must be 'frunet' or 'unet', got {self.segmenter!r}"),
             (isinstance(self.segmenter_patch, int) and self.segmenter_patch % 8 == 0 and self.segmenter_patch > 0,
              f"SEGMENTER_PATCH must be a positive multiple of 8, got {self.segmenter_patch!r}"),
@@ -125,6 +131,8 @@ class Config(ChapterConfig):
         description = {name: getattr(self, name) for name in names}
         if self.lr_schedule != "constant":  # only a new option enters the key: cached constant-rate runs stay valid
             description["lr_schedule"] = self.lr_schedule
+        if self.channels_last:  # likewise: networks trained in the default layout keep their keys
+            description["channels_last"] = True
         return description
 
     def segmenter_description(self) -> dict[str, Any]:

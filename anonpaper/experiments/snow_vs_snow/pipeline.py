@@ -207,7 +207,8 @@ def train_task_classifier(task: str, train: tuple[np.ndarray, np.ndarray], val: 
                                                 weight_decay=config.weight_decay, lr_schedule=config.lr_schedule,
                                                 early_stopping_patience=config.early_stopping_patience,
                                                 seed=derive_seed(config.seed, "train", task, description, *extra),
-                                                device=device, progress=progress),
+                                                device=device, progress=progress,
+                                                channels_last=config.channels_last or None),
                                   loss="ce" if task == "sex" else "focal", focal_gamma=config.focal_gamma,
                                   class_weights=None if task == "sex" else "balanced",
                                   augment=paper2_augmentation() if config.augment else None)
