@@ -36,8 +36,9 @@ class AuditSettings:
         bootstrap_resamples: Patient-bootstrap resamples of every standard error (at least 2).
         device: Training device (``"cpu"``, ``"cuda"``); None picks CUDA when available.
         channels_last: Train the attribute attackers and task models in channels-last layout on a CPU too
-            (:class:`anonpaper.train.loop.TrainSettings`; CUDA always does): about a third faster for the small CNN
-            on AVX2 and AVX-512 alike, with floats that round differently from the default layout's.
+            (:class:`anonpaper.train.loop.TrainSettings`; CUDA always does): the small CNN at 64 px trains half
+            again as fast on the 2-core AVX-512 host (benchmarks/results/train_loop.csv), with floats that round
+            differently from the default layout's.
     """
 
     seed: int = 0
