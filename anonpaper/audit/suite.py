@@ -321,7 +321,7 @@ class _Instruments:
         self._memo = (memo if memo is not None else NetworkMemo()).networks
         self._settings_key = content_hash(repr(settings))
 
-    def _train_settings(self, epochs: int, seed: int, classifier: bool = False) -> TrainSettings:
+    def _train_settings(self, epochs: int, seed: int, *, classifier: bool = False) -> TrainSettings:
         # Only the classifier trainers take a layout (the embedding and segmenter trainers refuse one).
         return TrainSettings(epochs=epochs, batch_size=self.settings.batch_size, lr=self.settings.lr, seed=seed,
                              device=self.settings.device, progress=False,
@@ -354,9 +354,9 @@ class _Instruments:
         def build() -> torch.nn.Module:
             network = build_classifier(settings.classifier_backbone, self.channels, classes)
             # Selected on its own training data: no attacked patient may inform the attacker.
+            training = self._train_settings(settings.classifier_epochs, seed, classifier=True)
             return train_classifier(network, (images, labels), (images, labels),
-                                    self._train_settings(settings.classifier_epochs, seed, True).with_defaults(
-                                        lr_schedule="cosine")).model
+                                    training.with_defaults(lr_schedule="cosine")).model
 
         return self._memoised(f"classifier-{classes}", images, labels, seed, build)
 
@@ -365,8 +365,8 @@ class _Instruments:
 
         def build() -> torch.nn.Module:
             network = build_classifier(settings.classifier_backbone, self.channels, labels.shape[1])
-            return train_multilabel_classifier(network, (images, labels),
-                                               self._train_settings(settings.classifier_epochs, seed, True)).model
+            training = self._train_settings(settings.classifier_epochs, seed, classifier=True)
+            return train_multilabel_classifier(network, (images, labels), training).model
 
         return self._memoised("multilabel", images, labels, seed, build)
 
