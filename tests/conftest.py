@@ -102,14 +102,21 @@ def _one_torch_thread():
 @pytest.fixture(scope="session")
 def load_benchmark():
     """A loader of the scripts in ``benchmarks/`` (not a package) by file name: ``load_benchmark("bench_stylegan")``
-    returns the executed module."""
+    returns the executed module. The folder is on ``sys.path`` while the script runs its imports, as it is for
+    ``python benchmarks/NAME.py``, so a script may import its neighbours (``from bench_stylegan import ...``)."""
     import importlib.util
+    import sys
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
 
     def load(name: str):
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks"
-                                                      / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        sys.path.insert(0, str(folder))
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            sys.path.remove(str(folder))
         return module
 
     return load
