@@ -54,16 +54,12 @@ MODES = {"noise": True, "codes": False}
 W_AVG_SAMPLES = 2000  # the chapters' (vascular project_real, k-SALSA invert)
 
 
-def _projection(generator: StyleGenerator, targets: torch.Tensor, steps: int, optimize_noise: bool) -> None:
-    project(generator, targets, space="w+", num_steps=steps, optimize_noise=optimize_noise,
-            w_avg_samples=W_AVG_SAMPLES, seed=0)
-
-
 def timed_run(generator: StyleGenerator, targets: torch.Tensor, steps: int, optimize_noise: bool) -> tuple[float,
                                                                                                            float]:
     """(wall seconds, CPU seconds) of one projection of ``targets`` for ``steps`` steps."""
     wall, cpu = time.perf_counter(), time.process_time()
-    _projection(generator, targets, steps, optimize_noise)
+    project(generator, targets, space="w+", num_steps=steps, optimize_noise=optimize_noise,
+            w_avg_samples=W_AVG_SAMPLES, seed=0)
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
