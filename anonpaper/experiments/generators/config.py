@@ -56,17 +56,17 @@ class Config(ChapterConfig):
                                        "classifier that reads the label check trains on their training images.")
     fundus_sg3t_config: str = parameter("sg3t-tiny", "StyleGAN3-T config of the fundus generator "
                                                      "(anonpaper.models.stylegan.list_configs; paper: sg3t-paper256).")
-    fundus_sg2_config: str = parameter("sg2-cpu64", "StyleGAN2 config of the fundus generator (paper: sg2-paper256; "
-                                                    "quick: the shipped one, weights/fundus-sg2.pt, chosen for the "
-                                                    "CPU).")
+    fundus_sg2_config: str = parameter("sg2-cpu128", "StyleGAN2 config of the fundus generator (paper: sg2-paper256; "
+                                                     "quick: the shipped one, weights/fundus-sg2.pt, 32 feature maps "
+                                                     "at 128 px, chosen for the CPU by the rule in weights/README.md).")
     cxr_sg2_config: str = parameter("sg2-cpu64", "StyleGAN2 config of the chest X-ray generator, made grayscale "
                                                  "(paper: sg2-gmia256; quick: the shipped one, chosen for the CPU).")
     fundus_sg3t_kimg: float = parameter(16.0, "Thousands of real images shown to the fundus StyleGAN3-T (the "
                                               "papers: thousands of kimg; quick: about 57 s/kimg on one CPU thread "
                                               "at 128 px, ~15 min; it draws no vessels yet, at 64 px nor at 128 px).")
-    fundus_sg2_kimg: float = parameter(310.0, "Thousands of real images shown to the fundus StyleGAN2 (quick: the "
-                                              "shipped weights' 310 kimg on a 3,000-patient population, about 95 "
-                                              "s/kimg on one CPU thread at 128 px; trained only when no verified "
+    fundus_sg2_kimg: float = parameter(300.0, "Thousands of real images shown to the fundus StyleGAN2 (quick: the "
+                                              "shipped weights' 300 kimg on a 3,000-patient population, about 200 "
+                                              "s/kimg on two CPU threads at 128 px; trained only when no verified "
                                               "file matches).")
     cxr_sg2_kimg: float = parameter(100.0, "Thousands of real images shown to the chest X-ray StyleGAN2 (quick: "
                                            "the shipped weights' 100 kimg, 44 s/kimg on one CPU thread at 64 px; "
