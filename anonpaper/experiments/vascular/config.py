@@ -35,8 +35,9 @@ class Config(ChapterConfig):
                                                 "ODIR-5K 'paper1': 3000 training, 500 testing images).")
     vessel_data_root: str | None = parameter(None, "Folder of a DRIVE copy for the vessel U-Net (None: the "
                                                    "phantom's vessel masks, a domain gap on real photographs).")
-    score_images: int = parameter(32, "T, generated images whose contribution scores are averaged (paper Eq. 10: "
-                                      "T = 1000; quick: 32, about 4.5 minutes on two CPU threads at 128 px).")
+    score_images: int = parameter(16, "T, generated images whose contribution scores are averaged (paper Eq. 10: "
+                                      "T = 1000; quick: 16, K = 1024 channels each, about 7 minutes on two CPU "
+                                      "threads for the 128 px `sg2-cpu128` at 40 channel-images/s).")
     chunk_size: int = parameter(8, "S channels per vectorised forward-mode JVP (speed only; the scores do not "
                                    "depend on it).")
     score_image_batch: int | None = parameter(1, "Images per group of those JVPs, and of StyleSpace's (None: all "
@@ -49,18 +50,18 @@ class Config(ChapterConfig):
     alphas: tuple = parameter((0.2, 0.4, 0.6, 0.8, 1.0), "Edit strengths alpha of the sweep (paper Fig. 9: 0.2 to "
                                                           "1.0).")
     table_alpha: float = parameter(0.5, "Edit strength of the method comparison (paper Table 2: alpha = 0.5).")
-    eval_images: int = parameter(64, "Generated images edited and measured per method and strength (the paper: "
-                                     "1,000 test images).")
-    real_images: int = parameter(64, "Real held-out images (of test patients with a second test image, which the "
+    eval_images: int = parameter(50, "Generated images edited and measured per method and strength (the paper: "
+                                     "1,000 test images; quick: 50, MIN_TEST_IMAGES).")
+    real_images: int = parameter(50, "Real held-out images (of test patients with a second test image, which the "
                                      "attacker must find) inverted into W+ by the projector and edited; at least "
                                      "MIN_TEST_IMAGES for the claim on real images to be decided.")
     projector_steps: int = parameter(100, "Projector Adam steps (the StyleGAN2-ADA recipe: 1000; quick: 100, as the "
-                                          "k-SALSA and trade-off chapters', 4.5 minutes for the 64 real images at "
-                                          "200 steps on two CPU threads).")
+                                          "k-SALSA and trade-off chapters'; the 128 px `sg2-cpu128` costs about 66 ms "
+                                          "per image-step on one CPU thread, benchmarks/bench_projector.py).")
     projector_batch: int = parameter(8, "Real images projected together (independent Adam problems that share "
                                         "one random stream of exploration noise and noise maps, so it acts like a "
-                                        "seed besides setting speed and memory; one CPU thread, the 128 px fundus "
-                                        "`sg2-cpu64`: 43 image-steps/s at 8, 37.5 at 16, 17 at 64).")
+                                        "seed besides setting speed and memory; see "
+                                        "benchmarks/results/projector.csv for the speed of each batch size).")
     projector_min_psnr: float = parameter(24.0, "Projector check: the smallest mean PSNR (dB) of the W+ "
                                                 "projections to their real targets. On the phantom the mean image "
                                                 "reaches 23 dB at 64 and at 128 px, and a Gaussian blur of the "
@@ -118,11 +119,11 @@ class Config(ChapterConfig):
                                               "and its inverse, otherwise the Jacobian scores are scores of noise.")
     max_empty_masks: float = parameter(0.25, "Instrument check: the largest share of generated images in which the "
                                              "vessel U-Net finds no vessel pixel at all.")
-    ablation_kimg: float = parameter(0.5, "Thousands of real images each generator of the Table 3 loss ablation "
+    ablation_kimg: float = parameter(0.25, "Thousands of real images each generator of the Table 3 loss ablation "
                                           "(plain / +vessel / +lesion / +both; 0 skips it) trains on from the "
                                           "edited generator's checkpoint, identical but for the extra loss (the "
-                                          "paper trains each from scratch to convergence; quick: 0.5, about 70 s "
-                                          "of two CPU threads per generator at 128 px).")
+                                          "paper trains each from scratch to convergence; quick: 0.25, the 128 px "
+                                          "`sg2-cpu128` trains at about 200 s/kimg on two CPU threads).")
     ablation_eval_images: int = parameter(100, "Generated and real images per Table 3 metric.")
     min_test_images: int = parameter(50, "Smallest image set on which a claim is decided.")
     bootstrap: int = parameter(100, "Bootstrap resamples of the Frechet distances' standard errors.")
