@@ -29,18 +29,18 @@ class Config(ChapterConfig):
     projector_steps: int = parameter(100, "Projector Adam steps per image, into W+ without noise maps (the paper "
                                           "inverts with a ReStyle/pSp encoder, 5 refinement iterations; the "
                                           "StyleGAN2-ADA projector recipe: 1000 steps; quick: 100, as the "
-                                          "trade-off chapter's, because one CPU thread projects 30 image-steps/s "
-                                          "into the 128 px generator: 200 steps for the private set took 27 "
-                                          "minutes).")
+                                          "trade-off chapter's: one CPU thread projects about 15 image-steps/s "
+                                          "into the 128 px `sg2-cpu128`, about 16 minutes on two threads for the "
+                                          "246 private images).")
     projector_batch: int = parameter(8, "Images projected together (independent Adam problems that share one "
                                         "random stream of exploration noise, so it acts like a seed besides "
-                                        "setting speed and memory). One CPU thread, 64 px `sg2-tiny`: 108 "
-                                        "image-steps/s at 8, 133 at 64; the 128 px `sg2-cpu64`: 43 at 8, 17 at "
-                                        "64.")
-    encoder_steps: int = parameter(200, "Training steps (16 cohort images each) of the W+ encoder compared with the "
+                                        "setting speed and memory; benchmarks/results/projector.csv gives the "
+                                        "speed of each batch size).")
+    encoder_steps: int = parameter(100, "Training steps (16 cohort images each) of the W+ encoder compared with the "
                                         "projector (the paper inverts with a ReStyle/pSp encoder; 0 skips the "
-                                        "encoder).")
-    encoder_refine_steps: int = parameter(50, "Projector steps started from the encoder's codes (the "
+                                        "encoder; quick: 100, the comparison only, since the release uses "
+                                        "INVERSION).")
+    encoder_refine_steps: int = parameter(25, "Projector steps started from the encoder's codes (the "
                                               "'encoder+projector' inversion).")
     inversion: str = parameter("projector", "Inversion whose W+ codes k-SALSA uses: 'projector', 'encoder' or "
                                             "'encoder+projector'.")
