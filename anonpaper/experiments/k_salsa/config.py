@@ -18,9 +18,11 @@ class Config(ChapterConfig):
     generators_profile: str = parameter("quick", "Profile of the generators chapter (02_generators) whose fundus "
                                                  "StyleGAN2 this chapter uses (its image size, cohort and training); "
                                                  "the paper: a 512 px StyleGAN2-ADA trained on EyePACS / APTOS.")
-    private_images: int = parameter(246, "Private fundus images (drawn from the generator cohort's train split) that "
+    private_images: int = parameter(206, "Private fundus images (drawn from the generator cohort's train split) that "
                                          "k-SALSA summarises; not a multiple of 5, 10 or 20, so clusters with a "
-                                         "remainder occur (the paper: the whole training set).")
+                                         "remainder occur (the paper: the whole training set; quick: 206, sized "
+                                         "for the projector into the 128 px `sg2-cpu128`, about 48 ms per "
+                                         "image-step on two CPU threads).")
     k_values: tuple = parameter((2, 5, 10, 20), "Cluster sizes k of k-anonymity (the paper: 2, 5, 10, 20 ...).")
     cluster_unit: str = parameter("patient", "Unit of k-anonymity: 'patient' (each cluster holds at least k distinct "
                                              "patients and each patient's images stay in one cluster, so a release "
@@ -30,8 +32,8 @@ class Config(ChapterConfig):
                                           "inverts with a ReStyle/pSp encoder, 5 refinement iterations; the "
                                           "StyleGAN2-ADA projector recipe: 1000 steps; quick: 100, as the "
                                           "trade-off chapter's: one CPU thread projects about 15 image-steps/s "
-                                          "into the 128 px `sg2-cpu128`, about 16 minutes on two threads for the "
-                                          "246 private images).")
+                                          "into the 128 px `sg2-cpu128`, about 16 minutes on two threads for "
+                                          "206 private images).")
     projector_batch: int = parameter(8, "Images projected together (independent Adam problems that share one "
                                         "random stream of exploration noise, so it acts like a seed besides "
                                         "setting speed and memory; benchmarks/results/projector.csv gives the "
