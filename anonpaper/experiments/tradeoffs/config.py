@@ -39,7 +39,9 @@ class Config(ChapterConfig):
                                     "methods invert the members at their generator's side (quick: 128 px) and "
                                     "release them at this one; the attackers, which re-identify every unchanged "
                                     "image at 64 px, would cost four times as much at 128 px.")
-    fundus_patients: int = parameter(150, "Fundus phantom patients (2 or 3 images each).")
+    fundus_patients: int = parameter(100, "Fundus phantom patients (2 or 3 images each; quick: 100, since every "
+                                         "member image is inverted twice into the 128 px fundus generator, once "
+                                         "for k-SALSA and once for the vessel edits).")
     cxr_patients: int = parameter(160, "Chest X-ray phantom patients (with fewer, the findings model trained on "
                                        "the members' originals lands near its floor at quick).")
     cxr_images_per_patient: int = parameter(4, "Chest X-ray images per patient (linkage needs at least 2).")
@@ -73,11 +75,11 @@ class Config(ChapterConfig):
                                                  "methods use (02 generators, 03 vascular, 04 GMIA, 05 k-SALSA, 06 "
                                                  "disentanglement).")
     ksalsa_k_values: tuple = parameter((2, 5), "k of k-SALSA (clusters of at least k patients).")
-    projector_steps: int = parameter(100, "Projector Adam steps per image into W+ for the learned fundus methods "
+    projector_steps: int = parameter(50, "Projector Adam steps per image into W+ for the learned fundus methods "
                                           "(k-SALSA, the vessel edit and StyleSpace; their chapters: 100 at quick). "
-                                          "One CPU thread projects about 43 image-steps/s into the 128 px fundus "
-                                          "generator: 100 steps for the fundus members take about 10 minutes per "
-                                          "inversion.")
+                                          "Two CPU threads take about 48 ms per image-step in the 128 px "
+                                          "`sg2-cpu128`: 50 steps for the fundus members take about 7 minutes "
+                                          "per inversion.")
     alignment_steps: int = parameter(40, "k-SALSA local style alignment Adam steps per cluster (the paper: 100).")
     vessel_alphas: tuple = parameter((0.5, 1.0), "Strengths alpha of paper 1's vessel edit (Eq. 11); StyleSpace is "
                                                  "stepped to the same image change (paper 1's Table 2: alpha 0.5).")
