@@ -21,8 +21,7 @@ class Config(ChapterConfig):
     private_images: int = parameter(206, "Private fundus images (drawn from the generator cohort's train split) that "
                                          "k-SALSA summarises; not a multiple of 5, 10 or 20, so clusters with a "
                                          "remainder occur (the paper: the whole training set; quick: 206, sized "
-                                         "for the projector into the 128 px `sg2-cpu128`, about 48 ms per "
-                                         "image-step on two CPU threads).")
+                                         "for the projector's cost, see PROJECTOR_STEPS).")
     k_values: tuple = parameter((2, 5, 10, 20), "Cluster sizes k of k-anonymity (the paper: 2, 5, 10, 20 ...).")
     cluster_unit: str = parameter("patient", "Unit of k-anonymity: 'patient' (each cluster holds at least k distinct "
                                              "patients and each patient's images stay in one cluster, so a release "

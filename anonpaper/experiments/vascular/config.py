@@ -36,8 +36,9 @@ class Config(ChapterConfig):
     vessel_data_root: str | None = parameter(None, "Folder of a DRIVE copy for the vessel U-Net (None: the "
                                                    "phantom's vessel masks, a domain gap on real photographs).")
     score_images: int = parameter(16, "T, generated images whose contribution scores are averaged (paper Eq. 10: "
-                                      "T = 1000; quick: 16, K = 1024 channels each, about 7 minutes on two CPU "
-                                      "threads for the 128 px `sg2-cpu128` at 40 channel-images/s).")
+                                      "T = 1000; quick: 16 of K = 1024 channels each in the 128 px `sg2-cpu128`: "
+                                      "the scoring stage, StyleSpace's scores included, took 12 minutes on two "
+                                      "CPU threads).")
     chunk_size: int = parameter(8, "S channels per vectorised forward-mode JVP (speed only; the scores do not "
                                    "depend on it).")
     score_image_batch: int | None = parameter(1, "Images per group of those JVPs, and of StyleSpace's (None: all "
