@@ -3,6 +3,7 @@ the generator lookup across package sources, and the method layer's silent JVPs.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -28,7 +29,9 @@ def test_quick_defaults_are_valid_and_strengths_include_the_table_alpha():
     assert config.generators_profile == "quick"
     # The vessel claim counts every generated image of the run; at quick it must be decidable.
     assert config.score_images + config.eval_images >= config.min_test_images
-    assert config.strengths == (0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
+    assert config.strengths == (0.25, 0.5, 0.75, 1.0)  # the table's alpha is one of the sweep's at quick
+    # ... and joins the sweep when it is not among them (the paper's strengths).
+    assert dataclasses.replace(config, alphas=(0.2, 0.4, 0.6, 0.8, 1.0)).strengths == (0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
     assert chapter.Config.from_parameters(config.parameters()) == config
 
 

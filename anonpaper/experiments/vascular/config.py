@@ -35,10 +35,10 @@ class Config(ChapterConfig):
                                                 "ODIR-5K 'paper1': 3000 training, 500 testing images).")
     vessel_data_root: str | None = parameter(None, "Folder of a DRIVE copy for the vessel U-Net (None: the "
                                                    "phantom's vessel masks, a domain gap on real photographs).")
-    score_images: int = parameter(16, "T, generated images whose contribution scores are averaged (paper Eq. 10: "
-                                      "T = 1000; quick: 16 of K = 1024 channels each in the 128 px `sg2-cpu128`: "
-                                      "the scoring stage, StyleSpace's scores included, took 12 minutes on two "
-                                      "CPU threads).")
+    score_images: int = parameter(8, "T, generated images whose contribution scores are averaged (paper Eq. 10: "
+                                     "T = 1000; quick: 8 of K = 1024 channels each in the 128 px `sg2-cpu128`: at "
+                                     "T = 16 the scoring stage, StyleSpace's scores included, took 12 minutes on "
+                                     "two CPU threads).")
     chunk_size: int = parameter(8, "S channels per vectorised forward-mode JVP (speed only; the scores do not "
                                    "depend on it).")
     score_image_batch: int | None = parameter(1, "Images per group of those JVPs, and of StyleSpace's (None: all "
@@ -48,8 +48,10 @@ class Config(ChapterConfig):
     grid_channels: int = parameter(4, "Top channels listed and shown edited (paper Figs. 5 and 9).")
     several_channels: int = parameter(3, "The 'several top channels' variant of the edit moves this many of the "
                                          "best channels at once (the paper edits the first one).")
-    alphas: tuple = parameter((0.2, 0.4, 0.6, 0.8, 1.0), "Edit strengths alpha of the sweep (paper Fig. 9: 0.2 to "
-                                                          "1.0).")
+    alphas: tuple = parameter((0.25, 0.5, 0.75, 1.0), "Edit strengths alpha of the sweep (paper Fig. 9: 0.2 to "
+                                                       "1.0 in steps of 0.2; quick: four, 0.5 among them, since "
+                                                       "every strength is edited and measured on both image sets "
+                                                       "with every judge).")
     table_alpha: float = parameter(0.5, "Edit strength of the method comparison (paper Table 2: alpha = 0.5).")
     eval_images: int = parameter(50, "Generated images edited and measured per method and strength (the paper: "
                                      "1,000 test images; quick: 50, MIN_TEST_IMAGES).")
@@ -120,10 +122,10 @@ class Config(ChapterConfig):
                                               "and its inverse, otherwise the Jacobian scores are scores of noise.")
     max_empty_masks: float = parameter(0.25, "Instrument check: the largest share of generated images in which the "
                                              "vessel U-Net finds no vessel pixel at all.")
-    ablation_kimg: float = parameter(0.25, "Thousands of real images each generator of the Table 3 loss ablation "
+    ablation_kimg: float = parameter(0.125, "Thousands of real images each generator of the Table 3 loss ablation "
                                           "(plain / +vessel / +lesion / +both; 0 skips it) trains on from the "
                                           "edited generator's checkpoint, identical but for the extra loss (the "
-                                          "paper trains each from scratch to convergence; quick: 0.25, the 128 px "
+                                          "paper trains each from scratch to convergence; quick: 0.125, the 128 px "
                                           "`sg2-cpu128` trains at about 200 s/kimg on two CPU threads).")
     ablation_eval_images: int = parameter(100, "Generated and real images per Table 3 metric.")
     min_test_images: int = parameter(50, "Smallest image set on which a claim is decided.")
