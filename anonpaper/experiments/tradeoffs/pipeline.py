@@ -302,8 +302,11 @@ def learned_releases(data: ModalityData, config: Config, configs: dict[str, Any]
                 releases[Setting(method, "alpha", float(alpha))] = artifact["released"][(VESSEL_EDITS[method],
                                                                                          float(alpha))]
     if "gmia" in methods:
+        # Keyed on the chest X-ray generator's architecture (what co-training reads of the generators chapter),
+        # not on that chapter's whole recipe: a change to the fundus generators does not redo these releases.
         description = {"members": content_hash(sources), "margins": list(config.gmia_margins),
-                       "generators": recipe("02_generators"), "gmia": recipe("04_gmia")}
+                       "generator": configs["02_generators"].stylegan_config("cxr-sg2").to_dict(),
+                       "gmia": recipe("04_gmia")}
 
         def build_gmia() -> dict:
             built, info = gmia_releases(sources, configs["02_generators"], configs["04_gmia"],
