@@ -217,6 +217,18 @@ def test_lesion_claims_are_decided_only_where_the_edits_de_identify():
     assert claim.ours["FS_SIFT compared at"] == pytest.approx(0.2)  # the lowest FS_SIFT both sweeps reach
 
 
+def test_lesion_claims_without_a_shared_fs_sift_level_say_so():
+    outcome = planted_outcome()
+    sweep = outcome.sweep.copy()
+    ours = sweep["method"] == pipeline.OURS
+    sweep.loc[ours, ["fs_sift", "fs_sr"]] += 1.0  # ours never reaches the baselines' FS_SIFT
+    found = claims_of(dataclasses.replace(outcome, sweep=sweep))
+    for claim_id in _ids("vascular-rroi") + _ids("vascular-ams") + _ids("vascular-dr"):
+        reason = found[claim_id].reason
+        assert found[claim_id].verdict == UNDECIDED and "not comparable: FS_SIFT of ours spans" in reason
+        assert "could not be measured" in reason and "under its floor" not in reason
+
+
 def test_dr_claims_are_decided_by_the_dr_agreement_and_undecided_without_a_working_classifier():
     found = claims_of(planted_outcome(dr_keeps=False))
     assert found["vascular-rroi-vs-lowrankgan"].verdict == HOLDS and found["vascular-dr-vs-lowrankgan"].verdict == FAILS

@@ -273,16 +273,17 @@ def lesion_claim(outcome: Outcome, metric: str, baseline: str) -> Claim:
     ours_curve, theirs_curve = _curve(outcome, OURS, metric), _curve(outcome, baseline, metric)
     common = dict(paper=paper, rule="directional", quantity=f"{name}(ours) - {name}({baseline})", n=n,
                   min_n=config.min_test_images)
-    unmeasured = instruments + [deidentification(outcome, float("nan"), float("nan"))]
+    # Without a shared FS_SIFT level there is no level to gate: the reason says why nothing was compared (the
+    # de-identification gate would only report an unmeasured level).
     if ours_curve.empty or theirs_curve.empty:
-        return decide(claim_id, statement, ours={}, instruments=unmeasured, note="not comparable: no finite sweep",
+        return decide(claim_id, statement, ours={}, instruments=instruments, note="not comparable: no finite sweep",
                       **common)
     low = max(ours_curve["identity"].min(), theirs_curve["identity"].min())
     high = min(ours_curve["identity"].max(), theirs_curve["identity"].max())
     if low > high:
         spans = {name: f"[{curve['identity'].min():.3f}, {curve['identity'].max():.3f}]"
                  for name, curve in (("ours", ours_curve), (baseline, theirs_curve))}
-        return decide(claim_id, statement, ours={}, instruments=unmeasured,
+        return decide(claim_id, statement, ours={}, instruments=instruments,
                       note=f"not comparable: FS_SIFT of ours spans {spans['ours']}, of {baseline} {spans[baseline]}",
                       **common)
     ours, theirs = _at(ours_curve, low), _at(theirs_curve, low)
