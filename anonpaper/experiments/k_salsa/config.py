@@ -18,30 +18,29 @@ class Config(ChapterConfig):
     generators_profile: str = parameter("quick", "Profile of the generators chapter (02_generators) whose fundus "
                                                  "StyleGAN2 this chapter uses (its image size, cohort and training); "
                                                  "the paper: a 512 px StyleGAN2-ADA trained on EyePACS / APTOS.")
-    private_images: int = parameter(246, "Private fundus images (drawn from the generator cohort's train split) that "
+    private_images: int = parameter(206, "Private fundus images (drawn from the generator cohort's train split) that "
                                          "k-SALSA summarises; not a multiple of 5, 10 or 20, so clusters with a "
-                                         "remainder occur (the paper: the whole training set; quick: 246, which "
-                                         "leaves the held-out half of the membership attack enough clusters at "
-                                         "k = 20; 206 left three and the claim lost its power).")
+                                         "remainder occur (the paper: the whole training set; quick: 206, sized "
+                                         "for the projector's cost, see PROJECTOR_STEPS).")
     k_values: tuple = parameter((2, 5, 10, 20), "Cluster sizes k of k-anonymity (the paper: 2, 5, 10, 20 ...).")
     cluster_unit: str = parameter("patient", "Unit of k-anonymity: 'patient' (each cluster holds at least k distinct "
                                              "patients and each patient's images stay in one cluster, so a release "
                                              "stands for k patients) or 'image' (the paper's clustering of images: "
                                              "a k = 2 cluster can be two photographs of one patient).")
-    projector_steps: int = parameter(70, "Projector Adam steps per image, into W+ without noise maps (the paper "
-                                         "inverts with a ReStyle/pSp encoder, 5 refinement iterations; the "
-                                         "StyleGAN2-ADA projector recipe: 1000 steps; quick: 70, between the "
-                                         "trade-off chapter's 50 and the vascular chapter's 100: the 128 px "
-                                         "`sg2-cpu128` costs about 46 ms per image-step on two CPU threads, so "
-                                         "246 private images take about 13 minutes).")
+    projector_steps: int = parameter(100, "Projector Adam steps per image, into W+ without noise maps (the paper "
+                                          "inverts with a ReStyle/pSp encoder, 5 refinement iterations; the "
+                                          "StyleGAN2-ADA projector recipe: 1000 steps; quick: 100, as the "
+                                          "trade-off chapter's: one CPU thread projects about 15 image-steps/s "
+                                          "into the 128 px `sg2-cpu128`, about 16 minutes on two threads for "
+                                          "206 private images).")
     projector_batch: int = parameter(8, "Images projected together (independent Adam problems that share one "
                                         "random stream of exploration noise, so it acts like a seed besides "
                                         "setting speed and memory; benchmarks/results/projector.csv gives the "
                                         "speed of each batch size).")
-    encoder_steps: int = parameter(60, "Training steps (16 cohort images each) of the W+ encoder compared with the "
-                                       "projector (the paper inverts with a ReStyle/pSp encoder; 0 skips the "
-                                       "encoder; quick: 60, the comparison only, since the release uses "
-                                       "INVERSION).")
+    encoder_steps: int = parameter(100, "Training steps (16 cohort images each) of the W+ encoder compared with the "
+                                        "projector (the paper inverts with a ReStyle/pSp encoder; 0 skips the "
+                                        "encoder; quick: 100, the comparison only, since the release uses "
+                                        "INVERSION).")
     encoder_refine_steps: int = parameter(25, "Projector steps started from the encoder's codes (the "
                                               "'encoder+projector' inversion).")
     inversion: str = parameter("projector", "Inversion whose W+ codes k-SALSA uses: 'projector', 'encoder' or "
