@@ -361,7 +361,7 @@ def _cmd_generators_train(args) -> int:
     from anonpaper.experiments.generators.job import run_job
 
     run_job(generators_train_job(args), args.out, resume=args.resume, minutes=args.minutes, progress=not args.quiet,
-            device=args.device, batch_gpu=args.batch_gpu)  # prints what it did (on rank 0 under torchrun)
+            device=args.device, batch_gpu=args.batch_gpu, branch_from=args.branch_from)  # prints what it did (on rank 0 under torchrun)
     return 0
 
 
@@ -647,6 +647,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the run in OUT/KIND.run (also a committed one), keeping the evaluation settings "
                         "it recorded unless -p asks for others; without it an existing run is refused")
     p.add_argument("--out", default=None, help="folder of the weights and the run (default: the project's weights/)")
+    p.add_argument("--branch-from", default=None, metavar="RUN_DIR",
+                   help="start a new run in OUT from another run folder's checkpoint (same generator and "
+                        "evaluation; --change may change the recipe, e.g. a lower learning rate); the source is only "
+                        "read, and --resume alone continues the branch")
     p.add_argument("--resolution", type=int, default=None,
                    help="image side in px (default: the chapter's, 64 fundus / 32 chest X-ray)")
     p.add_argument("--stylegan-config", default=None, help="StyleGAN config name (default: the chapter's, sg2-tiny / "

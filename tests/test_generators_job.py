@@ -507,3 +507,48 @@ def test_generators_train_command_trains_resumes_and_refuses(tmp_path, capsys):
     assert "training.r1_gamma: asked 3" in capsys.readouterr().err
     for change, message in (("r1_gamma", "--change takes NAME=VALUE"), ("resolution=64", "cannot be changed here")):
         assert main(command + ["--change", change]) == 2 and message in capsys.readouterr().err
+
+
+def test_a_branch_starts_from_another_runs_checkpoint_with_its_own_recipe_and_leaves_the_source_alone(tmp_path):
+    jobs.run_job(tiny_job(kimg=0.016), tmp_path / "source", progress=False, log=lambda _: None)
+    source = tmp_path / "source" / "fundus-sg2.run"
+    before = {path.name: path.read_bytes() for path in source.iterdir() if path.is_file()}
+    lines = []
+    branch = jobs.run_job(tiny_job(kimg=0.032, changes={"generator_lr": 0.0005, "discriminator_lr": 0.0005}),
+                          tmp_path / "branch", branch_from=source, progress=False, log=lines.append)
+    assert branch.finished and branch.kimg == pytest.approx(0.032)
+    assert {path.name: path.read_bytes() for path in source.iterdir() if path.is_file()} == before  # only read
+    record = json.loads((tmp_path / "branch" / "fundus-sg2.run" / "run.json").read_text())
+    assert record["branch"]["from_kimg"] == pytest.approx(0.016) and record["branch"]["from_step"] == 2
+    assert record["branch"]["checkpoint_sha256"] == sha256_of(source / "checkpoint.pt")
+    assert sorted(line.split(":")[0] for line in record["branch"]["changed"]) == ["training.discriminator_lr",
+                                                                                 "training.generator_lr"]
+    assert any("branched from" in line and "generator_lr" in line for line in lines)
+    provenance = json.loads(branch.weights.with_suffix(".json").read_text())
+    assert provenance["branch"]["from"] == str(source) and "--branch-from" in provenance["command"]
+    # The branch trained with its own learning rate: the optimiser's state dict carried the source's.
+    state = torch.load(tmp_path / "branch" / "fundus-sg2.run" / "checkpoint.pt", weights_only=False)
+    lrs = {group["lr"] for group in state["optimizer_generator"]["param_groups"]}
+    assert lrs and all(lr < 0.0005 + 1e-12 for lr in lrs)
+    # Trained on without the change, the same checkpoint gives other weights: the recipe reached the optimiser.
+    plain = jobs.run_job(tiny_job(kimg=0.032), tmp_path / "plain", branch_from=source, progress=False,
+                         log=lambda _: None)
+    assert sha256_of(plain.weights) != sha256_of(branch.weights)
+
+
+def test_a_branch_of_another_generator_or_into_an_existing_run_is_refused(tmp_path):
+    jobs.run_job(tiny_job(kimg=0.016), tmp_path / "source", progress=False, log=lambda _: None)
+    source = tmp_path / "source" / "fundus-sg2.run"
+    with pytest.raises(jobs.RunMismatch, match=r"another generator .*network_seed"):
+        jobs.run_job(tiny_job(kimg=0.032, seed=5), tmp_path / "a", branch_from=source, progress=False,
+                     log=lambda _: None)
+    with pytest.raises(jobs.RunMismatch, match=r"evaluated otherwise .*eval_images"):
+        jobs.run_job(tiny_job(kimg=0.032, parameters={**TINY, "EVAL_IMAGES": 16}), tmp_path / "b",
+                     branch_from=source, progress=False, log=lambda _: None)
+    with pytest.raises(jobs.RunMismatch, match="not a run folder to branch from"):
+        jobs.run_job(tiny_job(kimg=0.032), tmp_path / "c", branch_from=tmp_path / "nothing", progress=False,
+                     log=lambda _: None)
+    with pytest.raises(jobs.RunMismatch, match="holds a run already"):
+        jobs.run_job(tiny_job(kimg=0.032), tmp_path / "source", branch_from=source, progress=False,
+                     log=lambda _: None)
+    assert not (tmp_path / "a").exists() or not any((tmp_path / "a").rglob("checkpoint.pt"))

@@ -520,6 +520,14 @@ def train_gan(generator: nn.Module, discriminator: nn.Module, images: Any, confi
             D.load_state_dict(state["discriminator"])
             opt_G.load_state_dict(state["optimizer_generator"])
             opt_D.load_state_dict(state["optimizer_discriminator"])
+            # An optimiser's state dict carries its learning rate and betas: the config's win, so that a run
+            # branched from a checkpoint with another recipe (``generators train --branch-from``) trains with it.
+            # For a plain resume they are the same values.
+            for optimizer, lr, ratio in ((opt_G, config.generator_lr, g_ratio), (opt_D, config.discriminator_lr,
+                                                                                 d_ratio)):
+                for group in optimizer.param_groups:
+                    group["lr"] = lr * ratio
+                    group["betas"] = (config.betas[0] ** ratio, config.betas[1] ** ratio)
             rng.set_state(streams[0])
             ada.load_state_dict(state["ada"])
             pl_mean = state["path_length_mean"].to(device)

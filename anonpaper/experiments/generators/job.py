@@ -37,6 +37,8 @@ the chunk boundaries are rank 0's (so a time limit cannot make the processes dis
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import io
 import json
 import math
 import shlex
@@ -320,6 +322,50 @@ def _read_run(run_dir: Path) -> dict | None:
         raise RunMismatch(f"{path}: unreadable ({error}); delete {run_dir} to start again") from error
 
 
+def start_branch(job: TrainingJob, run_dir: Path, source: Path, identity: dict[str, Any],
+                 evaluation: dict[str, Any]) -> dict[str, Any]:
+    """Start ``run_dir`` as a branch of the run in ``source`` (see :func:`run_job`'s ``branch_from``): copy its
+    checkpoint, and write a ``run.json`` with this job's identity, the source's curve, protocols, sessions and
+    training seconds so far, and a ``branch`` entry (source folder, kimg and step, the copied checkpoint's SHA-256,
+    the source's identity and what differs from it). Returns that record.
+
+    Raises:
+        RunMismatch: The source differs in more than the training recipe, or in its evaluation, or its checkpoint
+            is past the job's target.
+    """
+    record_of_source = _read_run(source)
+    source_identity = record_of_source.get("identity") or {}
+    differences = _differences(identity, source_identity)
+    fixed = [line for line in differences if not line.startswith("training.")]
+    if fixed:
+        raise RunMismatch(f"{source / 'run.json'} is another generator than the one asked for (a branch may change "
+                          "only the training recipe): " + "; ".join(fixed[:8]))
+    protocol = _differences(evaluation, recorded_evaluation(record_of_source.get("evaluation") or {}))
+    if protocol:
+        raise RunMismatch(f"{source / 'run.json'} was evaluated otherwise (a branch continues its curve, one "
+                          "protocol): " + "; ".join(protocol[:8]))
+    checkpoint = (source / "checkpoint.pt").read_bytes()
+    state = torch.load(io.BytesIO(checkpoint), map_location="cpu", weights_only=False)
+    step = int(state["step"])
+    if step > job.steps:
+        raise RunMismatch(f"{source / 'checkpoint.pt'} is at {job.kimg_of(step):g} kimg, past the target "
+                          f"{job.kimg:g} kimg; ask for more")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(run_dir / "checkpoint.pt", checkpoint)
+    record = {"format": RUN_FORMAT, "identity": identity, "evaluation": evaluation,
+              "curve": [point for point in record_of_source.get("curve") or [] if point["step"] <= step],
+              "protocols": dict(record_of_source.get("protocols") or {}),
+              "train_seconds": float(record_of_source.get("train_seconds") or 0.0),
+              "sessions": list(record_of_source.get("sessions") or []), "command": job.command(),
+              "branch": {"from": str(source), "from_kimg": job.kimg_of(step), "from_step": step,
+                         "checkpoint_sha256": hashlib.sha256(checkpoint).hexdigest(),
+                         "source_command": record_of_source.get("command"), "source_identity": source_identity,
+                         "changed": [line.replace("asked", "branch has").replace("run has", "source had")
+                                     for line in differences]}}
+    atomic_write_bytes(run_dir / "run.json", (json.dumps(record, indent=1, default=str) + "\n").encode())
+    return record
+
+
 def _checkpoint_step(run_dir: Path) -> int:
     state = load_checkpoint(run_dir / "checkpoint.pt")
     return int(state["step"]) if state is not None else 0
@@ -339,7 +385,8 @@ def _jsonable(value: Any) -> Any:
 
 def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool = False,
             minutes: float | None = None, progress: bool = True, device: str | None = None,
-            batch_gpu: int | None = None, log: Callable[[str], None] = print) -> JobOutcome:
+            batch_gpu: int | None = None, branch_from: str | Path | None = None,
+            log: Callable[[str], None] = print) -> JobOutcome:
     """Train ``job`` in chunks with checkpoints and evaluations; export its weights when the target kimg is reached.
 
     Args:
@@ -354,6 +401,12 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
         device: Training device (None: the config's, else torchrun's or the best available).
         batch_gpu: Images per forward/backward pass of one process (None: its whole share of the batch), to fit
             a large batch in GPU memory; the weights differ from a run without it only by rounding.
+        branch_from: Another run folder of the same generator (kind, architecture, network seed, population) to
+            start this run from (``--branch-from``): its checkpoint is copied into the new run folder, with its curve
+            and sessions, and training continues from there under this job's recipe (e.g. a lower learning rate
+            or another R1 gamma). The source is only read. Only for a run folder without a run yet; a branch is
+            continued later with ``resume`` alone. The branch's ``run.json`` and exported provenance record the
+            source folder, its kimg, the SHA-256 of the checkpoint copied and what the recipe changed.
         log: Where lines go (rank 0 only).
 
     Returns:
@@ -362,7 +415,8 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
     Raises:
         RunMismatch: The run folder holds another job (the message lists what differs), or exists without
             ``resume``, or its checkpoint is past the target kimg, or missing while its ``run.json`` records
-            training.
+            training; or ``branch_from`` is not a run, differs from the job in more than its training recipe or
+            in its evaluation, or the run folder holds a run already.
     """
     if minutes is not None and not minutes > 0:
         raise ValueError(f"minutes must be > 0 (or None for no limit), got {minutes!r}")
@@ -373,6 +427,18 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
     kind = job.kind
     run_dir = run_directory(out_dir, kind)
     record = _read_run(run_dir)
+    source = None
+    if branch_from is not None:
+        if record is not None:
+            raise RunMismatch(f"{run_dir} holds a run already; --branch-from starts a new run folder (continue this "
+                              "one with --resume alone, or pass another --out)")
+        source = Path(branch_from)
+        record_of_source = _read_run(source)
+        if record_of_source is None or not (source / "checkpoint.pt").is_file():
+            raise RunMismatch(f"{source}: not a run folder to branch from (it needs run.json and checkpoint.pt)")
+        job, kept = job.keeping_evaluation(record_of_source.get("evaluation") or {})
+        if kept:
+            say(f"{kind}: the branch keeps the evaluation settings of {source}: {'; '.join(kept)}")
     if record is not None and resume:
         job, kept = job.keeping_evaluation(record.get("evaluation") or {})
         if kept:
@@ -382,6 +448,12 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
     population = load_population(job.population, progress=progress and main)
     identity = _jsonable(job.identity(population.key))
     evaluation = _jsonable(job.evaluation())
+    if source is not None:
+        record = start_branch(job, run_dir, source, identity, evaluation) if main else None
+        record = broadcast_object(record)
+        say(f"{kind}: branched from {source} at {record['branch']['from_kimg']:g} kimg; the recipe changes: "
+            + ("; ".join(record["branch"]["changed"]) or "nothing"))
+        resume = True
     if record is not None and not resume:
         raise RunMismatch(f"{run_dir} holds a run of {kind} already; pass --resume to continue it, or another --out "
                           f"(or delete the folder) to start again")
@@ -607,13 +679,16 @@ def export_run(job: TrainingJob, run_dir: Path, record: dict, population: Popula
             if isinstance(value, (int, float)) and name not in ("step",)}
     directory = run_dir.parent
     seconds = float(record["train_seconds"])
+    branch = record.get("branch")
     provenance = {
         "training": {**record["identity"]["training"], "stylegan_config_name": getattr(job.config,
                                                                                        KINDS[job.kind][1])},
         "population": record["identity"]["population"], "curve": curve, "protocols": record["protocols"],
         "evaluation": record["evaluation"], "training_seconds": round(seconds, 3),
         "s_per_kimg": round(seconds / kimg, 3) if kimg else None, "sessions": record.get("sessions", []),
-        "command": job.command(),
+        # A branch trains again from its source's checkpoint: the source's command to that kimg, then this one.
+        "command": job.command() + (f" --branch-from {shlex.quote(branch['from'])}" if branch else ""),
+        **({"branch": branch} if branch else {}),
         "chapter_parameters": job.config.parameters()}
     return export_weights(generator, directory, kind=job.kind, kimg=kimg, seed=job.config.seed, metrics=last,
                           data=population.provenance(), provenance=provenance)
@@ -629,4 +704,4 @@ def population_for(kind: str, *, resolution: int | None = None, patients: int | 
 
 __all__ = ["DEFAULT_EVAL_KIMG", "JobOutcome", "PopulationImages", "RunMismatch", "TrainingJob", "arithmetic_change",
            "curve_point", "describe_point", "ema_generator", "export_run", "population_for", "run_directory",
-           "run_job", "session_record", "training_job"]
+           "run_job", "session_record", "start_branch", "training_job"]
