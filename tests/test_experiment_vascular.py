@@ -51,7 +51,7 @@ def test_quick_defaults_are_valid_and_strengths_include_the_table_alpha():
     ({"dr_min_qwk": 1.5}, "DR_MIN_QWK"),
     ({"dr_backbone": "vgg"}, "DR_BACKBONE"),
     ({"lesion_min_dice": 1.5}, "LESION_MIN_DICE"),
-    ({"keypoint_min_precision": -0.1}, "KEYPOINT_MIN_PRECISION"),
+    ({"identity_min_auroc": -0.1}, "IDENTITY_MIN_AUROC"),
     ({"attacker_min_rank1": 2.0}, "ATTACKER_MIN_RANK1"),
     ({"lesion_min_share": 0.7}, "LESION_MIN_SHARE"),
     ({"projector_min_psnr": 0.0}, "PROJECTOR_MIN_PSNR"),
@@ -81,16 +81,18 @@ def _row(method, alpha, fs_sift, rroi, ams, dr_agreement, n=60, se=0.01, image_s
 def _instrument_rows(config, **values):
     """One row per instrument measure the claims read, at a passing value unless ``values`` names it."""
     passing = {pipeline.VESSEL_DICE: 0.8, pipeline.LESION_DICE: 0.6, pipeline.LESION_SHARE: 0.3,
-               pipeline.KEYPOINT_PRECISION: 0.7, pipeline.KEYPOINT_RECALL: 0.7, pipeline.ATTACKER_RANK1: 0.8,
+               pipeline.KEYPOINT_RECALL: 0.7, pipeline.ATTACKER_RANK1: 0.8,
                pipeline.DR_CHECK: 0.9, pipeline.PROJECTOR_PSNR: 28.0, pipeline.PROJECTOR_VESSELS: 0.9}
     passing.update(values)
     return pd.DataFrame([{"instrument": "planted", "measure": measure, "value": value,
-                          "floor": getattr(config, claims_module.FLOORS[measure])}
+                          "floor": (getattr(config, claims_module.FLOORS[measure]) if measure in claims_module.FLOORS
+                                    else np.nan)}
                          for measure, value in passing.items() if value is not None])
 
 
 def planted_outcome(*, paper_order=True, ours_keeps=True, ams_constant=False, deidentified=True, both_lower=True,
-                    n=60, vessels_ok=True, dr_keeps=None, **instrument_values) -> pipeline.Outcome:
+                    n=60, vessels_ok=True, dr_keeps=None, sift_auroc=0.99, sr_auroc=0.99,
+                    **instrument_values) -> pipeline.Outcome:
     """An outcome whose numbers plant each claim's answer.
 
     Identity at alpha 0.5 (per image): ours 0.1 below StyleSpace and ReSeFa and 0.1 above LowRankGAN (the paper's
@@ -136,7 +138,9 @@ def planted_outcome(*, paper_order=True, ours_keeps=True, ams_constant=False, de
     references = {"fs_sift_same": reference, "fs_sift_same_se": 0.02, "fs_sift_same_n": 40,
                   "fs_sr_same": reference, "fs_sr_same_se": 0.02, "fs_sr_same_n": 40, "fs_sift_different": 0.05,
                   "fs_sift_different_se": 0.01, "fs_sift_different_n": 40, "fs_sr_different": 0.05,
-                  "fs_sr_different_se": 0.01, "fs_sr_different_n": 40}
+                  "fs_sr_different_se": 0.01, "fs_sr_different_n": 40, "fs_sift_auroc": sift_auroc,
+                  "fs_sr_auroc": sr_auroc}
+    references = {name: value for name, value in references.items() if value is not None}
     return pipeline.Outcome(config, None, {}, _instrument_rows(config, **instrument_values), vessels, None,
                             pd.DataFrame(), {}, None, pd.DataFrame(rows), ablation, {}, {}, {}, per_image, references,
                             {pipeline.RANDOM_CHANNEL: 17, pipeline.MEDIAN_CHANNEL: 99}, {})
@@ -189,13 +193,37 @@ def test_a_constant_ams_decides_nothing_and_is_said_to_drop_out_of_eq_14():
     assert inputs.loc["AMS", "in score"].startswith("no: the same for every method")
 
 
-def test_fs_sr_claims_are_undecided_when_the_keypoint_detector_misses_its_floor():
-    found = claims_of(planted_outcome(**{pipeline.KEYPOINT_PRECISION: 0.27}))
+def test_fs_sr_claims_are_undecided_when_fs_sr_does_not_tell_one_eye_from_two():
+    found = claims_of(planted_outcome(sr_auroc=0.7))
     for claim_id, claim in found.items():
         if claim_id.endswith("fs-sr"):
-            assert claim.verdict == UNDECIDED and "keypoint precision (3 px) 0.27 < floor 0.5" in claim.reason
+            assert claim.verdict == UNDECIDED and "FS_SR tells one eye from two (AUROC, real test pairs) 0.7 < " \
+                                                  "floor 0.95" in claim.reason
         elif claim_id.endswith("fs-sift"):
             assert claim.verdict == HOLDS
+
+
+def test_fs_sift_claims_and_the_lesion_claims_read_at_fs_sift_levels_need_fs_sift_to_carry_identity():
+    passing = claims_of(planted_outcome())
+    found = claims_of(planted_outcome(sift_auroc=0.6))
+    assert passing["vascular-rroi-vs-stylespace"].verdict == HOLDS
+    assert found["vascular-rroi-vs-stylespace"].verdict == UNDECIDED
+    for claim_id, claim in found.items():
+        if claim_id.endswith("fs-sift"):
+            assert claim.verdict == UNDECIDED and "FS_SIFT tells one eye from two" in claim.reason, claim_id
+        elif claim_id.endswith("fs-sr"):
+            assert claim.verdict == passing[claim_id].verdict
+    unmeasured = claims_of(planted_outcome(sift_auroc=None))  # a record from before the AUROC was measured
+    assert "not measured in this run" in unmeasured["vascular-rroi-vs-stylespace"].reason
+
+
+def test_the_keypoint_detectors_precision_is_reported_not_a_floor():
+    found = claims_of(planted_outcome(**{pipeline.KEYPOINT_PRECISION: 0.14}))
+    assert found["vascular-identity-vs-stylespace-fs-sr"].verdict == claims_of(planted_outcome())[
+        "vascular-identity-vs-stylespace-fs-sr"].verdict
+    assert "precision" not in found["vascular-identity-vs-stylespace-fs-sr"].reason
+    found = claims_of(planted_outcome(**{pipeline.KEYPOINT_RECALL: 0.3}))
+    assert found["vascular-identity-vs-stylespace-fs-sr"].verdict == UNDECIDED
 
 
 def test_the_lesion_u_net_under_its_floor_leaves_ams_and_the_ablation_undecided():
@@ -687,3 +715,20 @@ def test_the_chapters_ranking_is_stored_and_reused_by_an_edit_with_the_same_gene
     assert torch.equal(fewer.masks, chapters.masks[:2])  # the same seeded score images
     # The chapter never reads a stored ranking: its JVP speed is its own run's.
     assert ranking(reuse=False).source == "computed"
+
+
+def test_identity_references_measure_how_well_fs_sift_tells_one_eye_from_two():
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(3)
+    eyes = rng.uniform(0, 1, (6, 3, 8, 8)).repeat(8, axis=2).repeat(8, axis=3)  # six blocky 64 px textures
+    images = np.concatenate([eyes, np.clip(eyes + rng.normal(0, 0.02, eyes.shape), 0, 1)]).astype(np.float32)
+    patients = np.r_[np.arange(6), np.arange(6)]
+    references = pipeline.identity_references(SimpleNamespace(cohort_size=64, keypoints=None), images, patients,
+                                              pairs=6, seed=0, metrics=("fs_sift",))
+    assert references["fs_sift_same_n"] == 6 and references["fs_sift_different_n"] == 6
+    assert references["fs_sift_same"] > references["fs_sift_different"]
+    assert references["fs_sift_auroc"] > 0.9 and "fs_sr_auroc" not in references
+    alone = pipeline.identity_references(SimpleNamespace(cohort_size=64, keypoints=None), images[:6],
+                                         np.arange(6), pairs=6, seed=0, metrics=("fs_sift",))
+    assert np.isnan(alone["fs_sift_auroc"])  # no photograph of one eye twice: not measured

@@ -69,7 +69,7 @@ from anonpaper.methods.jacobian_edit import ChannelScores, contribution_scores, 
 from anonpaper.methods.sspace_baselines import (LatentCoordinates, lowrank_directions, region_gram_matrices,
                                                 resefa_directions, step_for_image_change, stylespace_channels,
                                                 stylespace_direction, w_coordinates)
-from anonpaper.metrics.classification import quadratic_weighted_kappa
+from anonpaper.metrics.classification import auroc, quadratic_weighted_kappa
 from anonpaper.metrics.distribution import frechet_distance, swd
 from anonpaper.metrics.identity import cross_pair_scores, fs_sift, sift_features
 from anonpaper.metrics.lesion import rroi
@@ -274,7 +274,7 @@ def load_instruments(config, generator_config: GeneratorsConfig, progress: bool 
             {"instrument": "hard-exudate U-Net (AMS, the +lesion loss)", "measure": LESION_DICE,
              "value": exudate.val_dice, "floor": config.lesion_min_dice},
             {"instrument": "keypoint detector (FS_SR)", "measure": KEYPOINT_PRECISION,
-             "value": keypoints.val_metrics["precision"], "floor": config.keypoint_min_precision},
+             "value": keypoints.val_metrics["precision"], "floor": float("nan")},  # reported: capped, see IDENTITY_MIN_AUROC
             {"instrument": "keypoint detector (FS_SR)", "measure": KEYPOINT_RECALL,
              "value": keypoints.val_metrics["recall"], "floor": config.keypoint_min_recall},
             {"instrument": "re-identification attacker", "measure": ATTACKER_RANK1,
@@ -1121,6 +1121,9 @@ def identity_references(instruments: Instruments, images: np.ndarray, patients: 
     Returns:
         ``{"<metric>_<kind>": mean, "<metric>_<kind>_se": SE, "<metric>_<kind>_n": pairs}`` for metric in
         (``fs_sift``, ``fs_sr``) and kind in (``same``, ``different``); NaN with 0 pairs when none can be formed.
+        And ``"<metric>_auroc"``: how well the measure tells the same eye from two eyes on these pairs (the AUROC
+        of same-eye pairs scoring higher, in [0, 1], 0.5 = chance; NaN without pairs of both kinds), the floor of
+        every claim read on it (``IDENTITY_MIN_AUROC``).
     """
     rng = np.random.default_rng(seed)
     patients = np.asarray(patients)
@@ -1137,7 +1140,7 @@ def identity_references(instruments: Instruments, images: np.ndarray, patients: 
             different.append((first, second))
     different = np.array(different, dtype=np.int64).reshape(-1, 2)
     tensor = _upsample(torch.from_numpy(np.asarray(images, dtype=np.float32)), instruments.cohort_size)
-    references = {}
+    references, scored = {}, {}
     for kind, index in (("same", same), ("different", different)):
         first, second = tensor[index[:, 0]], tensor[index[:, 1]]
         for metric, values in (("fs_sift", lambda: fs_sift(first, second, reduction="none")),
@@ -1147,6 +1150,14 @@ def identity_references(instruments: Instruments, images: np.ndarray, patients: 
             scores = values() if len(index) else np.array([])
             references[f"{metric}_{kind}"], references[f"{metric}_{kind}_se"] = _mean_se(scores)
             references[f"{metric}_{kind}_n"] = int(np.isfinite(scores).sum())
+            scored[metric, kind] = np.asarray(scores, dtype=float)
+    for metric in metrics:
+        same_scores, different_scores = (scored[metric, kind][np.isfinite(scored[metric, kind])]
+                                         for kind in ("same", "different"))
+        references[f"{metric}_auroc"] = (
+            auroc(np.r_[np.ones(len(same_scores)), np.zeros(len(different_scores))].astype(np.int64),
+                  np.r_[same_scores, different_scores]) if len(same_scores) and len(different_scores)
+            else float("nan"))
     return references
 
 
