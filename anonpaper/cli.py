@@ -360,8 +360,9 @@ def _cmd_generators_train(args) -> int:
         raise UsageError(f"--eval-kimg must be >= 0 (0: no evaluation), got {args.eval_kimg}")
     from anonpaper.experiments.generators.job import run_job
 
+    # run_job prints what it did (on rank 0 under torchrun).
     run_job(generators_train_job(args), args.out, resume=args.resume, minutes=args.minutes, progress=not args.quiet,
-            device=args.device, batch_gpu=args.batch_gpu, branch_from=args.branch_from)  # prints what it did (on rank 0 under torchrun)
+            device=args.device, batch_gpu=args.batch_gpu, branch_from=args.branch_from)
     return 0
 
 

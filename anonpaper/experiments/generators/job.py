@@ -322,18 +322,17 @@ def _read_run(run_dir: Path) -> dict | None:
         raise RunMismatch(f"{path}: unreadable ({error}); delete {run_dir} to start again") from error
 
 
-def start_branch(job: TrainingJob, run_dir: Path, source: Path, identity: dict[str, Any],
-                 evaluation: dict[str, Any]) -> dict[str, Any]:
-    """Start ``run_dir`` as a branch of the run in ``source`` (see :func:`run_job`'s ``branch_from``): copy its
-    checkpoint, and write a ``run.json`` with this job's identity, the source's curve, protocols, sessions and
-    training seconds so far, and a ``branch`` entry (source folder, kimg and step, the copied checkpoint's SHA-256,
+def start_branch(job: TrainingJob, run_dir: Path, source: Path, record_of_source: dict[str, Any],
+                 identity: dict[str, Any], evaluation: dict[str, Any]) -> dict[str, Any]:
+    """Start ``run_dir`` as a branch of the run in ``source``, whose ``run.json`` is ``record_of_source`` (see
+    :func:`run_job`'s ``branch_from``): copy its checkpoint, and write a ``run.json`` with this job's identity, the
+    source's curve, protocols, sessions and training seconds so far, and a ``branch`` entry (source folder, kimg and step, the copied checkpoint's SHA-256,
     the source's identity and what differs from it). Returns that record.
 
     Raises:
         RunMismatch: The source differs in more than the training recipe, or in its evaluation, or its checkpoint
             is past the job's target.
     """
-    record_of_source = _read_run(source)
     source_identity = record_of_source.get("identity") or {}
     differences = _differences(identity, source_identity)
     fixed = [line for line in differences if not line.startswith("training.")]
@@ -449,7 +448,7 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
     identity = _jsonable(job.identity(population.key))
     evaluation = _jsonable(job.evaluation())
     if source is not None:
-        record = start_branch(job, run_dir, source, identity, evaluation) if main else None
+        record = start_branch(job, run_dir, source, record_of_source, identity, evaluation) if main else None
         record = broadcast_object(record)
         say(f"{kind}: branched from {source} at {record['branch']['from_kimg']:g} kimg; the recipe changes: "
             + ("; ".join(record["branch"]["changed"]) or "nothing"))
