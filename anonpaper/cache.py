@@ -82,7 +82,7 @@ def source_parts_of(owner: str) -> tuple[str, ...]:
     Example:
         >>> "experiments/generators/pipeline.py" in source_parts_of("anonpaper.experiments.generators.pipeline")
         True
-        >>> any(part.startswith("methods/") for part in source_parts_of("anonpaper.experiments.generators.pipeline"))
+        >>> "methods/gmia.py" in source_parts_of("anonpaper.experiments.generators.pipeline")  # another method
         False
         >>> source_parts_of("__main__") == LOWER_LAYERS
         True

@@ -30,7 +30,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import time
@@ -49,6 +48,7 @@ from anonpaper.experiments.k_salsa.pipeline import invert
 from anonpaper.metrics.classification import quadratic_weighted_kappa
 from anonpaper.models.classifiers import build_classifier
 from anonpaper.runtime import derive_seed, git_sha
+from anonpaper.train.augment import DegradationAugment
 from anonpaper.train.classifier import train_classifier
 from anonpaper.train.loop import TrainSettings
 
@@ -58,49 +58,6 @@ GRADES = 5
 FIELDS = ["reader", "images", "setting", "count", "qwk", "grade_0", "grade_1", "grade_2", "grade_3", "grade_4",
           "distance", "distance_to", "projector_steps", "psnr_db", "image_size", "threads", "device_name",
           "git_commit", "timestamp"]
-
-
-class DegradationAugment:
-    """nnU-Net's image degradations, each decided per image (Isensee et al. 2021, their default probabilities
-    times ``strength``): a Gaussian blur (sigma uniform in ``sigma`` px), a low-resolution simulation (area
-    downsampling by a factor uniform in ``zoom``, bilinear back up) and additive Gaussian noise (variance uniform
-    in [0, 0.1] of the z-scored image, here of an image whose SD is about 0.1 of the [0, 1] range).
-
-    Call: ``augment(images, generator) -> images``, float (N, C, H, W) in [0, 1]; inputs are not modified.
-    """
-
-    def __init__(self, strength: float = 2.5, sigma: tuple[float, float] = (0.5, 1.0),
-                 zoom: tuple[float, float] = (0.5, 1.0)):
-        if not 0 < strength <= 4:
-            raise ValueError(f"strength must lie in (0, 4] (probabilities 0.2, 0.25, 0.1 times it), got {strength}")
-        self.probabilities = (0.2 * strength, 0.25 * strength, 0.1 * strength)
-        self.sigma, self.zoom = sigma, zoom
-
-    def __call__(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        count, channels, height, width = images.shape
-        draws = torch.rand(count, 6, generator=generator)
-        noise = torch.randn(images.shape, generator=generator)
-        out = images.clone()
-        for index in range(count):
-            image = out[index:index + 1]
-            if draws[index, 0] < self.probabilities[0]:
-                sigma = self.sigma[0] + (self.sigma[1] - self.sigma[0]) * float(draws[index, 1])
-                radius = max(1, math.ceil(3 * sigma))
-                taps = torch.exp(-torch.arange(-radius, radius + 1.0) ** 2 / (2 * sigma ** 2))
-                taps = (taps / taps.sum()).to(image)
-                image = F.conv2d(F.pad(image, (radius, radius, 0, 0), mode="reflect"),
-                                 taps.view(1, 1, 1, -1).expand(channels, 1, 1, -1), groups=channels)
-                image = F.conv2d(F.pad(image, (0, 0, radius, radius), mode="reflect"),
-                                 taps.view(1, 1, -1, 1).expand(channels, 1, -1, 1), groups=channels)
-            if draws[index, 2] < self.probabilities[1]:
-                factor = self.zoom[0] + (self.zoom[1] - self.zoom[0]) * float(draws[index, 3])
-                size = (max(2, round(height * factor)), max(2, round(width * factor)))
-                image = F.interpolate(F.interpolate(image, size=size, mode="area"), size=(height, width),
-                                      mode="bilinear", align_corners=False)
-            if draws[index, 4] < self.probabilities[2]:
-                image = image + noise[index:index + 1] * 0.1 * float(0.1 * draws[index, 5]) ** 0.5
-            out[index:index + 1] = image.clamp(0, 1)
-        return out
 
 
 def robust_reader(config: Config, sets, epochs: int, strength: float) -> torch.nn.Module:

@@ -426,3 +426,33 @@ def test_curve_figure_draws_each_shipped_generators_provenance_and_names_its_pro
                                                   outcome.metrics))
     assert "no shipped generator with an evaluation curve" in nothing.axes[0].texts[0].get_text()
     plt.close(nothing)
+
+
+def test_spectrum_rows_find_a_blurred_generator_short_at_high_frequencies_only_and_the_figure_draws_them():
+    import matplotlib.pyplot as plt
+
+    config = tiny_config(bootstrap=5)
+    real = torch.rand(12, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    kernel = torch.tensor([1.0, 2.0, 1.0])
+    kernel = (kernel[:, None] * kernel[None] / 16).expand(3, 1, 3, 3)
+    blurred = torch.nn.functional.conv2d(torch.nn.functional.pad(real, (1, 1, 1, 1), mode="replicate"), kernel,
+                                         groups=3)
+    rows, spectra = pipeline.spectrum_rows("fundus-sg2", config, real, blurred)
+    values = {row["metric"]: row["value"] for row in rows}
+    coarse, finest = (f"spectrum/{low:g}-{high:g}_nyquist/db" for low, high in
+                      (pipeline.SPECTRUM_BANDS[0], pipeline.SPECTRUM_BANDS[-1]))
+    assert -1.0 < values[coarse] < 0.0 and values[finest] < -10.0  # the binomial passes low and stops high
+    assert all(values[f"{name}/se"] > 0 for name in (coarse, finest))
+    same, _ = pipeline.spectrum_rows("fundus-sg2", config, real, real)
+    assert all(row["value"] == 0.0 for row in same if not row["metric"].endswith("/se"))
+    assert set(spectra) == {"real", "generated"} and spectra["real"].shape == (20,)
+
+    outcome = _outcome(GOOD, eval_images=8)
+    outcome.metrics = pd.concat([outcome.metrics, pd.DataFrame(rows)], ignore_index=True)
+    outcome.samples["fundus-sg2"].update({f"spectrum_{name}": value for name, value in spectra.items()})
+    summary = chapter.spectrum_summary(outcome)
+    assert summary.startswith("- **fundus-sg2**") and f"{values[finest]:+.1f} dB" in summary
+    figure = chapter.plot_spectra(outcome)
+    (axis,) = figure.axes
+    assert [line.get_label() for line in axis.get_lines()] == ["real", "generated"]
+    plt.close(figure)

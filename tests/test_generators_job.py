@@ -282,6 +282,8 @@ def test_a_run_recorded_before_an_evaluation_setting_existed_resumes_with_its_ol
     assert any("TREE_MIN_AREA: the run's 0 (default now 12)" in line for line in lines)
     record = json.loads(run_json.read_text())
     assert record["evaluation"]["tree_min_area"] == 0 and "-p TREE_MIN_AREA 0" in record["command"]
+    # Its label classifiers keep learning undegraded images, as they did when the run began.
+    assert record["evaluation"]["classifier_augment"] == 0.0 and "-p CLASSIFIER_AUGMENT 0.0" in record["command"]
 
 
 def test_evaluation_curve_and_provenance_reach_the_chapter(tmp_path):

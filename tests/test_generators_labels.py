@@ -132,12 +132,12 @@ def test_label_shares_read_the_images_and_distances_compare_them():
 
 # -- the claim ------------------------------------------------------------------------------------------------------
 
-def _outcome(distance: float, check: float, task: str = "grade") -> chapter.Outcome:
+def _outcome(distance: float, check: float, task: str = "grade", jpeg_change: float = 0.02) -> chapter.Outcome:
     config = tiny_config(eval_images=100, min_eval_images=50)
     kind, dataset = ("fundus-sg2", "phantom-retina") if task == "grade" else ("cxr-sg2", "phantom-cxr")
     classifier = _classifier(task, np.zeros(0), np.zeros((0, 3 if task == "grade" else 2)))
     values = {"labels/distance": distance, "labels/distance/se": 0.02, "labels/distance/held_out": 0.05,
-              "labels/check": check}
+              "labels/check": check, "labels/jpeg_change": jpeg_change}
     values.update({f"labels/{name}/{source}": 0.3 for name in classifier.names
                    for source in ("true", "real", "generated")})
     rows = [{"kind": kind, "metric": name, "value": value, "protocol": ""} for name, value in values.items()]
@@ -159,6 +159,13 @@ def test_label_claim_holds_within_the_tolerance_fails_beyond_and_waits_for_a_tru
     assert _label_verdict(_outcome(0.10, check=0.2)) == UNDECIDED  # QWK below CLASSIFIER_MIN_QWK 0.4
     assert _label_verdict(_outcome(0.10, check=0.9, task="findings")) == HOLDS
     assert _label_verdict(_outcome(0.10, check=0.6, task="findings")) == UNDECIDED  # AUROC below 0.7
+    # The floor of its own: a classifier that reads JPEG-saved real images as other labels decides nothing.
+    assert _label_verdict(_outcome(0.10, check=0.9, jpeg_change=0.08)) == UNDECIDED  # past LABEL_TOLERANCE / 2
+    assert _label_verdict(_outcome(0.40, check=0.9, jpeg_change=0.08)) == UNDECIDED
+    (claim,) = [claim for claim in chapter.evaluate_claims(_outcome(0.1, check=0.9, jpeg_change=0.08))
+                if claim.id.endswith("-labels")]
+    assert "JPEG at quality 90" in claim.reason and "0.08" in claim.reason
+    assert _label_verdict(_outcome(0.10, check=0.9, jpeg_change=float("nan"))) == UNDECIDED  # not measured
     no_classifier = _outcome(0.10, check=0.6)
     no_classifier.classifiers.clear()
     assert not [claim for claim in chapter.evaluate_claims(no_classifier) if claim.id.endswith("-labels")]
@@ -169,6 +176,9 @@ def test_label_claim_holds_within_the_tolerance_fails_beyond_and_waits_for_a_tru
     ({"classifier_backbone": "vgg"}, "CLASSIFIER_BACKBONE must be one of"),
     ({"label_tolerance": 0}, "LABEL_TOLERANCE must lie in"),
     ({"classifier_min_auroc": 2}, "CLASSIFIER_MIN_AUROC must lie in"),
+    ({"classifier_augment": -1.0}, "CLASSIFIER_AUGMENT must be a number in \\[0, 4\\]"),
+    ({"classifier_augment": True}, "CLASSIFIER_AUGMENT must be a number"),
+    ({"label_jpeg_quality": 100}, "LABEL_JPEG_QUALITY must be an integer in \\[1, 95\\]"),
 ])
 def test_config_refuses_bad_classifier_settings(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -191,6 +201,9 @@ def test_label_classifiers_train_on_the_phantoms_cache_and_read_generated_images
     values = {row["metric"]: row["value"] for row in rows}
     assert values["labels/distance"] == 0.0 and 0.0 <= values["labels/distance/held_out"] <= 1.0
     assert values["labels/distance/se"] >= 0.0  # bootstrap draws of two identical sets still differ
+    assert 0.0 <= values["labels/jpeg_change"] <= 1.0
+    side = config.image_size_of("cxr-sg2")
+    assert labels.check_images("cxr-sg2", config, cxr).shape == (len(cxr.check_truth), 1, side, side)
     assert values["labels/cardiomegaly/true"] == pytest.approx(
         chapter.kind_cohort("cxr-sg2", config).split("train").table["true_cardiomegaly"].mean())
 
@@ -201,3 +214,23 @@ def test_labels_table_has_a_row_per_label_and_the_summary_names_the_distances():
     assert list(table.columns) == ["true", "real", "generated"] and (table.to_numpy() == 0.3).all()
     assert [label for _, label in table.index] == ["g=0", "g=1", "g=2"]
     assert "label distance 0.250" in chapter.labels_summary(outcome)
+
+
+def test_degradations_enter_the_classifiers_training_and_cache_key_only_when_asked(monkeypatch):
+    seen = []
+    from anonpaper.train import classifier as classifier_module
+
+    real_train = classifier_module.train_classifier
+
+    def spy(*args, augment=None, **kwargs):
+        seen.append(augment)
+        return real_train(*args, augment=augment, **kwargs)
+
+    monkeypatch.setattr(classifier_module, "train_classifier", spy)  # label_classifier imports it when called
+    # A seed of their own: no other test has cached these two classifiers, so both are trained here.
+    plain = labels.label_classifier("fundus-sg2", tiny_config(classifier_augment=0.0), backbone="small_cnn", epochs=1,
+                                    seed=97)
+    degraded = labels.label_classifier("fundus-sg2", tiny_config(classifier_augment=1.0), backbone="small_cnn",
+                                       epochs=1, seed=97)
+    assert seen[0] is None and repr(seen[1]).startswith("DegradationAugment(strength=1")
+    assert not np.array_equal(plain.check_scores, degraded.check_scores)  # another cache entry, another network

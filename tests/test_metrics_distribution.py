@@ -15,6 +15,7 @@ from anonpaper.metrics import (
     kernel_inception_distance,
     laplacian_pyramid,
     load_inception_extractor,
+    radial_power_spectrum,
     sliced_wasserstein_distance,
     swd,
 )
@@ -203,3 +204,42 @@ def test_inception_extractor_from_local_file(tmp_path):
     assert features.shape == (2, 2048) and bool(torch.isfinite(features).all())
     metric = FrechetDistance(extractor, "inception-v3-torchvision", official_fid=True)
     assert metric.name == "FID"
+
+
+def _binomial_blur(images: torch.Tensor) -> torch.Tensor:
+    kernel = torch.tensor([1.0, 2.0, 1.0])
+    kernel = (kernel[:, None] * kernel[None] / 16).expand(images.shape[1], 1, 3, 3)
+    return torch.nn.functional.conv2d(torch.nn.functional.pad(images, (1, 1, 1, 1), mode="replicate"), kernel,
+                                      groups=images.shape[1])
+
+
+def test_radial_power_spectrum_of_white_noise_is_flat_and_a_blur_takes_power_from_high_frequencies_only():
+    noise = torch.rand(16, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    before = noise.clone()
+    spectra = radial_power_spectrum(noise)
+    assert torch.equal(noise, before)
+    assert spectra.shape == (16, 20) and spectra.dtype == np.float64  # 0.6 * 64 -> a 38 px square, rings 0-19
+    mean = spectra.mean(0)
+    # Uniform noise, Hann-tapered: flat within sampling noise beyond the lowest rings (the taper and the removed
+    # mean take power from rings 0-2).
+    assert mean[3] == pytest.approx(mean[-1], rel=0.25) and mean[10] == pytest.approx(mean[-1], rel=0.25)
+    blurred = radial_power_spectrum(_binomial_blur(noise)).mean(0)
+    ratio = blurred / mean
+    # The 3x3 binomial's transfer is cos^4(pi f / 2) per axis: about 1 at low frequencies, about 0 at Nyquist.
+    assert ratio[1] > 0.9 and ratio[-1] < 0.05 and np.all(np.diff(ratio[1:]) < 0.02)
+
+
+def test_radial_power_spectrum_is_per_image_and_validates_its_input():
+    images = torch.rand(5, 1, 32, 32, generator=torch.Generator().manual_seed(1))
+    together = radial_power_spectrum(images, crop=1.0)
+    one_by_one = np.concatenate([radial_power_spectrum(images[i:i + 1], crop=1.0) for i in range(5)])
+    np.testing.assert_allclose(together, one_by_one, rtol=1e-12)
+    assert np.abs(together[:, 0]).max() < 1e-20  # the (taper-weighted) mean is removed
+    with pytest.raises(ValueError, match="square"):
+        radial_power_spectrum(torch.rand(1, 1, 32, 48))
+    with pytest.raises(ValueError, match="crop"):
+        radial_power_spectrum(images, crop=1.5)
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        radial_power_spectrum(images * 3)
+    with pytest.raises(ValueError, match="numpy"):
+        radial_power_spectrum(images.numpy())

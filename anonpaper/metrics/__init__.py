@@ -35,6 +35,7 @@ from .distribution import (
     knn_precision_recall,
     laplacian_pyramid,
     load_inception_extractor,
+    radial_power_spectrum,
     sliced_wasserstein_distance,
     swd,
     swd_descriptors,
@@ -97,7 +98,7 @@ __all__ = [
     # distribution
     "DistributionScore", "frechet_distance", "frechet_distance_from_statistics", "FrechetDistance",
     "kernel_inception_distance", "knn_precision_recall", "sliced_wasserstein_distance", "laplacian_pyramid", "swd_descriptors", "swd",
-    "SlicedWassersteinDistance", "load_inception_extractor", "inception_input",
+    "SlicedWassersteinDistance", "load_inception_extractor", "inception_input", "radial_power_spectrum",
     # identity
     "fs_sift", "match_fraction", "FS_SR_PROTOCOLS", "KeypointProtocol", "sift_features", "sift_homography_similarity", "match_descriptors",
     "keypoint_similarity",

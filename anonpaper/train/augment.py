@@ -3,7 +3,8 @@
 Paper 2 augments with a horizontal flip and a shift-scale-rotate, each with probability 0.25 (albumentations'
 ``ShiftScaleRotate`` defaults: shift up to 6.25% of the size, scale within +-10%, rotation within +-45 degrees,
 reflected borders). :class:`FlipShiftScaleRotate` implements that with ``affine_grid``/``grid_sample`` and can
-move segmentation masks with the same transform.
+move segmentation masks with the same transform. :class:`DegradationAugment` blurs, coarsens and adds noise as
+nnU-Net does, for instruments that must read images a little softer or noisier than the ones they learned.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import math
 
 import torch
 from torch.nn import functional as F
+
+from anonpaper.methods.baselines import gaussian_blur
 
 
 class FlipShiftScaleRotate:
@@ -107,3 +110,66 @@ def acquisition_augmentation() -> FlipShiftScaleRotate:
     fundus photograph). The cohort chapter's learnability checks use it: a classifier trained from scratch on a few
     hundred images otherwise memorises patients instead of learning the label."""
     return FlipShiftScaleRotate(0.5, 0.5, rotate_limit=15.0, padding_mode="zeros")
+
+
+class DegradationAugment:
+    """nnU-Net's image degradations (Isensee et al., Nature Methods 2021), each decided per image with nnU-Net's
+    probability times ``strength``: a Gaussian blur (p 0.2, sigma uniform in ``sigma`` px), a low-resolution
+    simulation (p 0.25: area downsampling by a factor uniform in ``zoom``, bilinear back up) and additive Gaussian
+    noise (p 0.1, variance uniform in [0, 0.1] of the image's own variance, as nnU-Net draws it on z-scored images).
+
+    A classifier that learned sharp procedural renderings only can read a little blur, compression or noise as a
+    change of label; trained with these it learns labels that survive them.
+
+    Args:
+        strength: Factor on nnU-Net's probabilities (0.2, 0.25, 0.1), in (0, 4].
+        sigma: Range of the blur's standard deviation in pixels.
+        zoom: Range of the low-resolution simulation's downsampling factor, within (0, 1].
+
+    Call:
+        ``augment(images, generator)`` -> images, or ``augment(images, generator, masks)`` -> (images, masks) with
+        the masks unchanged (the degradations move no pixel). ``images``: float (N, C, H, W) in [0, 1]; the output
+        stays in [0, 1]. Inputs are not modified; every random draw comes from ``generator`` (on the CPU).
+
+    Example:
+        >>> images = torch.rand(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+        >>> augment = DegradationAugment(strength=4.0)
+        >>> torch.equal(augment(images, torch.Generator().manual_seed(1)),
+        ...             augment(images, torch.Generator().manual_seed(1)))
+        True
+    """
+
+    def __init__(self, strength: float = 1.0, sigma: tuple[float, float] = (0.5, 1.0),
+                 zoom: tuple[float, float] = (0.5, 1.0)):
+        if not isinstance(strength, (int, float)) or not 0 < strength <= 4:
+            raise ValueError(f"strength must lie in (0, 4] (nnU-Net's probabilities 0.2, 0.25, 0.1 times it), got "
+                             f"{strength!r}")
+        if not 0 < sigma[0] <= sigma[1]:
+            raise ValueError(f"sigma must be a range 0 < low <= high in pixels, got {sigma!r}")
+        if not 0 < zoom[0] <= zoom[1] <= 1:
+            raise ValueError(f"zoom must be a range 0 < low <= high <= 1, got {zoom!r}")
+        self.strength, self.sigma, self.zoom = float(strength), tuple(sigma), tuple(zoom)
+        self.probabilities = (0.2 * strength, 0.25 * strength, 0.1 * strength)
+
+    def __repr__(self) -> str:
+        return f"DegradationAugment(strength={self.strength:g}, sigma={self.sigma}, zoom={self.zoom})"
+
+    def __call__(self, images: torch.Tensor, generator: torch.Generator, masks: torch.Tensor | None = None):
+        if images.ndim != 4 or not images.is_floating_point():
+            raise ValueError(f"images must be float (N, C, H, W), got {images.dtype} {tuple(images.shape)}")
+        count, _, height, width = images.shape
+        # Every draw is made for every image, in one order, so the stream does not depend on earlier decisions.
+        chosen = torch.rand(count, 3, generator=generator) < torch.tensor(self.probabilities)
+        amount = torch.rand(count, 3, generator=generator)
+        noise = torch.randn(images.shape, generator=generator).to(images)
+        sigma = self.sigma[0] + (self.sigma[1] - self.sigma[0]) * amount[:, 0]
+        out = gaussian_blur(images.clamp(0, 1), torch.where(chosen[:, 0], sigma, torch.zeros(count))).clone()
+        for index in chosen[:, 1].nonzero()[:, 0].tolist():
+            factor = self.zoom[0] + (self.zoom[1] - self.zoom[0]) * float(amount[index, 1])
+            size = (max(2, round(height * factor)), max(2, round(width * factor)))
+            out[index:index + 1] = F.interpolate(F.interpolate(out[index:index + 1], size=size, mode="area"),
+                                                 size=(height, width), mode="bilinear", align_corners=False)
+        spread = out.std(dim=(1, 2, 3), keepdim=True)
+        scale = torch.where(chosen[:, 2], (0.1 * amount[:, 2]).sqrt(), torch.zeros(count)).to(out)
+        out = (out + noise * spread * scale[:, None, None, None]).clamp(0, 1)
+        return out if masks is None else (out, masks)

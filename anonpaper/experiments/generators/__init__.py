@@ -10,11 +10,11 @@ The chapter ``notebooks/02_generators.ipynb`` imports this face.
 """
 
 from anonpaper.experiments.generators.analysis import (generators_table, labels_summary, labels_table, metrics_table,
-                                                       protocols_table, weights_label)
+                                                       protocols_table, spectrum_summary, weights_label)
 from anonpaper.experiments.generators.claims import evaluate_claims
 from anonpaper.experiments.generators.config import KINDS, Config
 from anonpaper.experiments.generators.figures import (plot_curves, plot_masks, plot_nearest, plot_projections,
-                                                      plot_samples, plot_training, plot_truncation)
+                                                      plot_samples, plot_spectra, plot_training, plot_truncation)
 from anonpaper.experiments.generators.labels import LabelClassifier, label_classifier
 from anonpaper.experiments.generators.pipeline import (DataCopyError, Outcome, TrainedGenerator, check_data, evaluate,
                                                        export_outcome, generate, generator_description, kind_cohort,
@@ -28,5 +28,5 @@ __all__ = ["Config", "DataCopyError", "KINDS", "LabelClassifier", "Outcome", "Tr
            "generator_description", "generators_table", "kind_cohort", "label_classifier", "labels_summary",
            "labels_table", "load_generator", "load_shipped_generator", "load_weights", "metrics_table", "plot_curves",
            "plot_masks",
-           "plot_nearest", "plot_projections", "plot_samples", "plot_training", "plot_truncation", "protocols_table",
-           "read_weights", "run", "vessel_cohort", "weights_label"]
+           "plot_nearest", "plot_projections", "plot_samples", "plot_spectra", "plot_training", "plot_truncation", "protocols_table",
+           "read_weights", "run", "spectrum_summary", "vessel_cohort", "weights_label"]

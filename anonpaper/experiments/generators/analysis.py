@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from anonpaper.experiments.generators.pipeline import PROJECT_ROOT, Outcome
+from anonpaper.experiments.generators.pipeline import PROJECT_ROOT, SPECTRUM_BANDS, Outcome
 
 
 def metrics_table(outcome: Outcome) -> pd.DataFrame:
@@ -91,3 +91,20 @@ def labels_summary(outcome: Outcome) -> str:
                      f"({shares['generated'].max():.0%}), off real images `{top_real}` ({shares['real'].max():.0%}); "
                      f"classifier check {outcome.value(kind, 'labels/check'):.3f}.")
     return "\n".join(lines) or "No cohort label classifier ran."
+
+
+def spectrum_summary(outcome: Outcome) -> str:
+    """One Markdown line per generator: its images' power relative to the real images' in each of the
+    :data:`~anonpaper.experiments.generators.pipeline.SPECTRUM_BANDS` (dB, with the bootstrap SE)."""
+    lines = []
+    for kind in outcome.generators:
+        parts = []
+        for low, high in SPECTRUM_BANDS:
+            metric = f"spectrum/{low:g}-{high:g}_nyquist/db"
+            if not (outcome.metrics["metric"] == metric).any():
+                continue
+            parts.append(f"{low:g}-{high:g} of Nyquist {outcome.value(kind, metric):+.1f} dB "
+                         f"(SE {outcome.value(kind, metric + '/se'):.1f})")
+        if parts:
+            lines.append(f"- **{kind}**: generated against real power, " + "; ".join(parts) + ".")
+    return "\n".join(lines) or "No spectrum was measured."

@@ -185,7 +185,8 @@ def _label_claim(outcome: Outcome, kind: str, classifier, size: dict) -> Claim:
     """Generated images carry the cohort's labels as often as real ones: the label distance (DR grades: total
     variation; findings: mean absolute prevalence difference) between what the cohort's classifier reads off
     generated and real images is at most ``Config.label_tolerance`` (an equivalence claim on the distance);
-    undecided when the classifier misses its held-out floor."""
+    undecided when the classifier misses its held-out floor, or reads its held-out real images saved as JPEG at
+    ``Config.label_jpeg_quality`` as labels more than half the tolerance away."""
     config = outcome.config
     grade = classifier.task == "grade"
     what = "DR grades" if grade else "findings"
@@ -203,5 +204,10 @@ def _label_claim(outcome: Outcome, kind: str, classifier, size: dict) -> Claim:
         paper="generated images keep the disease labels (k-SALSA and GMIA train classifiers on synthetic images)",
         ours=ours, rule="equivalence", effect=distance, se=outcome.value(kind, "labels/distance/se"),
         margin=config.label_tolerance, quantity=f"{classifier.distance_name} (generated vs real)",
-        instruments=[Instrument(f"{classifier.instrument} {measure}", outcome.value(kind, "labels/check"), floor)],
+        instruments=[Instrument(f"{classifier.instrument} {measure}", outcome.value(kind, "labels/check"), floor),
+                     # Its own floor, as the tree check's: real images saved as JPEG must read as the same labels.
+                     Instrument(f"{classifier.instrument}: {classifier.distance_name} of its held-out real images' "
+                                f"labels when saved as JPEG at quality {config.label_jpeg_quality}",
+                                outcome.value(kind, "labels/jpeg_change"), config.label_tolerance / 2,
+                                higher_is_better=False)],
         note=f"two real samples lie {ours['distance_held_out']:.3f} apart", **size)

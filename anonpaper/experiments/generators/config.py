@@ -94,6 +94,16 @@ class Config(ChapterConfig):
                                                       "under its floor, 'resnet10t' 0.90.")
     classifier_epochs: int = parameter(20, "Epochs of the cohort label classifiers (trained from scratch on the real "
                                            "training images, cached).")
+    classifier_augment: float = parameter(1.0, "Strength of the image degradations the cohort label classifiers "
+                                               "learn with (anonpaper.train.augment.DegradationAugment: nnU-Net's "
+                                               "Gaussian blur, low-resolution simulation and noise, each drawn with "
+                                               "nnU-Net's probability times this; 0: none). Without them the quick "
+                                               "DR reader, trained on the phantom's sharp renderings, reads its "
+                                               "held-out real images saved as JPEG at quality 90 as other grades "
+                                               "(0.16 apart in total variation, past the label check's own floor, "
+                                               "LABEL_JPEG_QUALITY; benchmarks/label_instrument_probe.py); with "
+                                               "nnU-Net's probabilities (1), the smallest strength tried that keeps "
+                                               "both readers inside that floor, 0.03 apart, at held-out QWK 0.93.")
     classifier_min_qwk: float = parameter(0.4, "Below this held-out quadratic-weighted kappa the DR classifier is "
                                                "not trusted and the fundus label claims are undecided.")
     classifier_min_auroc: float = parameter(0.7, "Below this held-out macro AUROC the findings classifier is not "
@@ -101,6 +111,12 @@ class Config(ChapterConfig):
     label_tolerance: float = parameter(0.15, "Largest label distance (DR grades: total variation; findings: mean "
                                              "absolute prevalence difference) between generated and real images "
                                              "for the label claim to hold.")
+    label_jpeg_quality: int = parameter(90, "The label check's own floor, like the vessel-tree check's: the label "
+                                            "classifier's held-out real check images saved as JPEG at this quality "
+                                            "(lesions intact, PSNR about 33 dB) must keep the label shares it reads "
+                                            "within half of LABEL_TOLERANCE of the unsaved images'; a classifier "
+                                            "that reads compressed real images as other labels cannot judge "
+                                            "generated ones, and the claim is undecided.")
     fd_ratio: float = parameter(1 / 3, "The FD claim holds when FD(generated, real) lies below this fraction of the "
                                        "untrained generator's FD by more than two SE.")
     mask_tolerance: float = parameter(0.25, "Largest relative difference of the vessel (lung) pixel fraction between "
@@ -166,6 +182,12 @@ class Config(ChapterConfig):
              f"SEGMENTER_MIN_DICE must lie in [0, 1], got {self.segmenter_min_dice!r}"),
             (isinstance(self.classifier_epochs, int) and self.classifier_epochs >= 1,
              f"CLASSIFIER_EPOCHS must be a positive integer, got {self.classifier_epochs!r}"),
+            (isinstance(self.classifier_augment, (int, float)) and not isinstance(self.classifier_augment, bool)
+             and 0 <= self.classifier_augment <= 4,
+             f"CLASSIFIER_AUGMENT must be a number in [0, 4] (0: no degradations), got {self.classifier_augment!r}"),
+            (isinstance(self.label_jpeg_quality, int) and not isinstance(self.label_jpeg_quality, bool)
+             and 1 <= self.label_jpeg_quality <= 95,
+             f"LABEL_JPEG_QUALITY must be an integer in [1, 95], got {self.label_jpeg_quality!r}"),
             (isinstance(self.classifier_min_qwk, (int, float)) and -1.0 <= self.classifier_min_qwk <= 1.0,
              f"CLASSIFIER_MIN_QWK must lie in [-1, 1], got {self.classifier_min_qwk!r}"),
             (isinstance(self.classifier_min_auroc, (int, float)) and 0.0 <= self.classifier_min_auroc <= 1.0,

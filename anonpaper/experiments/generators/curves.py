@@ -144,7 +144,9 @@ def record_curve(source: str | Path, record: dict[str, Any]) -> Curve:
 def _chapter_curves(path: Path, record: dict[str, Any]) -> list[Curve]:
     """One single-point curve per generator of a chapter record: its metrics are ``"<kind>/<metric>"``."""
     parameters = {name.lower(): value for name, value in (record.get("parameters") or {}).items()}
-    settings = {name: parameters.get(name) for name in (*EVALUATION_FIELDS, "seed")}
+    # A record from before a setting existed was evaluated with its legacy value (as a run's record is).
+    settings = {**recorded_evaluation({name: parameters[name] for name in EVALUATION_FIELDS if name in parameters}),
+                "seed": parameters.get("seed")}
     rows = {row.get("kind"): row for row in (record.get("tables") or {}).get("generators") or []}
     curves = []
     for kind in KINDS:

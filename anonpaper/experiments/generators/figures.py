@@ -1,5 +1,5 @@
-"""Figures of the generators chapter: sample grids beside real images, the U-Net masks the checks read, nearest
-training images, truncation grids, projections, curves."""
+"""Figures of the generators chapter: sample grids beside real images, the U-Net masks the checks read, power
+spectra, nearest training images, truncation grids, projections, curves."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 from anonpaper.experiments.generators.claims import tree_differences
 from anonpaper.experiments.generators.config import KINDS
 from anonpaper.experiments.generators.curves import Curve, CurveError, record_curve
-from anonpaper.experiments.generators.pipeline import MASK_THRESHOLD, TRUNCATIONS, Outcome, relative_difference
+from anonpaper.experiments.generators.pipeline import (MASK_THRESHOLD, SPECTRUM_BANDS, TRUNCATIONS, Outcome,
+                                                       relative_difference)
 
 
 def _show(axis, image: np.ndarray) -> None:
@@ -76,6 +77,30 @@ def plot_masks(outcome: Outcome):
     return _grid(rows, max(len(rows[0][1]), 1) if rows else 1,
                  f"Real and generated images above the cohort U-Net's masks (threshold {MASK_THRESHOLD:g}) that the "
                  "checks read")
+
+
+def plot_spectra(outcome: Outcome):
+    """Per generator: the mean radially averaged power spectrum of its generated images beside its real images' (log
+    scale, against the fraction of the Nyquist frequency), with the bands the spectrum rows compare shaded in turn.
+    Curves that part at the right end say the generator blurs (or sharpens); a gap on the left, that it draws too
+    little (or too much) coarse structure."""
+    kinds = [kind for kind, samples in outcome.samples.items() if "spectrum_real" in samples]
+    figure, axes = plt.subplots(1, max(len(kinds), 1), figsize=(3.6 * max(len(kinds), 1), 2.8), squeeze=False)
+    for axis, kind in zip(axes[0], kinds):
+        samples = outcome.samples[kind]
+        frequency = np.arange(len(samples["spectrum_real"])) / (len(samples["spectrum_real"]) - 1)
+        for index, (low, high) in enumerate(SPECTRUM_BANDS):
+            axis.axvspan(low, high, color="0.93" if index % 2 else "0.98", zorder=0)
+        for name, style in (("real", "-"), ("generated", "--")):
+            axis.semilogy(frequency[1:], samples[f"spectrum_{name}"][1:], style, label=name)
+        axis.set_title(kind, fontsize=9)
+        axis.set_xlabel("frequency / Nyquist", fontsize=8)
+        axis.set_ylabel("power", fontsize=8)
+        axis.tick_params(labelsize=7)
+        axis.legend(fontsize=7)
+    figure.suptitle("Radially averaged power spectra of generated and real images", fontsize=9)
+    figure.tight_layout()
+    return figure
 
 
 def plot_truncation(outcome: Outcome):

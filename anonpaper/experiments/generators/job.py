@@ -73,10 +73,12 @@ DRIVING_FIELDS = ("total_steps", "output_dir", "progress", "checkpoint_every", "
                   "log_every", "sample_count", "batch_gpu")
 # Chapter parameters that only shape the evaluation curve (a resumed run must keep them: one curve, one protocol).
 EVALUATION_FIELDS = ("eval_images", "segmenter_epochs", "classifier_backbone", "classifier_epochs", "retina_patients",
-                     "cxr_patients", "vessel_data_root", "tree_min_area", "tree_jpeg_quality")
+                     "cxr_patients", "vessel_data_root", "tree_min_area", "tree_jpeg_quality", "classifier_augment",
+                     "label_jpeg_quality")
 # What a run recorded before an evaluation field existed was evaluated with: the vessel-tree statistics counted
-# every mask piece (the JPEG floor's quality only adds rows, so the default is kept).
-LEGACY_EVALUATION = {"tree_min_area": 0, "tree_jpeg_quality": 90}
+# every mask piece, the label classifiers learned undegraded images (the JPEG floors' qualities only add rows, so
+# their defaults are kept).
+LEGACY_EVALUATION = {"tree_min_area": 0, "tree_jpeg_quality": 90, "classifier_augment": 0.0, "label_jpeg_quality": 90}
 LATEST_SAMPLES = "latest.png"  # a copy of the newest sample grid in the run folder
 REAL_SET = "real images of the chapter's cohort (patients outside the training population)"
 

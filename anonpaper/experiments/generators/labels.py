@@ -23,7 +23,7 @@ import torch
 from anonpaper.cache import ArtifactCache
 from anonpaper.data.phantoms.cxr import FINDINGS
 from anonpaper.experiments.generators.config import KINDS, PHANTOM_FUNDUS, Config
-from anonpaper.experiments.generators.pipeline import kind_cohort, load_images
+from anonpaper.experiments.generators.pipeline import jpeg_round_trip, kind_cohort, load_images
 from anonpaper.metrics.classification import accuracy, auroc, quadratic_weighted_kappa
 from anonpaper.metrics.statistics import patient_bootstrap_se, two_sample_bootstrap_se
 from anonpaper.runtime import derive_seed, get_device
@@ -226,7 +226,8 @@ def label_classifier(kind: str, config: Config, *, backbone: str, epochs: int, s
 
     Args:
         kind: A generator kind (:data:`~anonpaper.experiments.generators.config.KINDS`).
-        config: The generators chapter's config (cohort, resolution).
+        config: The generators chapter's config (cohort, resolution, ``classifier_augment``: the strength of the
+            :class:`~anonpaper.train.augment.DegradationAugment` it learns with).
         backbone: :func:`anonpaper.models.classifiers.build_classifier` name.
         epochs: Training epochs (cosine schedule; the epoch is selected on the validation split).
         seed: Seed of its initialisation, training and held-out draw (default ``config.seed``).
@@ -239,6 +240,7 @@ def label_classifier(kind: str, config: Config, *, backbone: str, epochs: int, s
     from anonpaper.models.classifiers import build_classifier
     from anonpaper.train.classifier import train_classifier
     from anonpaper.train.loop import TrainSettings
+    from anonpaper.train.augment import DegradationAugment
     from anonpaper.train.multilabel import train_multilabel_classifier
 
     cohort = kind_cohort(kind, config)
@@ -249,6 +251,10 @@ def label_classifier(kind: str, config: Config, *, backbone: str, epochs: int, s
     seed = config.seed if seed is None else seed
     description = {"cohort": cohort_description(cohort), "columns": columns, "task": task,
                    "resolution": config.image_size_of(kind), "backbone": backbone, "epochs": epochs, "seed": seed}
+    strength = float(config.classifier_augment)
+    augment = DegradationAugment(strength) if strength > 0 else None
+    if augment is not None:  # only a new option enters the key: classifiers cached without it stay valid
+        description["augment"] = repr(augment)
 
     def build() -> dict:
         sets = label_sets(cohort, kind, columns, config, seed)
@@ -259,7 +265,8 @@ def label_classifier(kind: str, config: Config, *, backbone: str, epochs: int, s
             model = build_classifier(backbone, channels, len(names))
             settings = TrainSettings(epochs=epochs, batch_size=batch, lr=1e-3, lr_schedule="cosine",
                                      seed=derive_seed(seed, "dr"), device=device or get_device(), progress=progress)
-            trained = train_classifier(model, sets.train, sets.val, settings, loss="focal", focal_gamma=0.6).model
+            trained = train_classifier(model, sets.train, sets.val, settings, loss="focal", focal_gamma=0.6,
+                                       augment=augment).model
             trained = trained.cpu().eval()
             scores = _probabilities(trained, task, sets.check[0])
         else:
@@ -267,7 +274,8 @@ def label_classifier(kind: str, config: Config, *, backbone: str, epochs: int, s
             model = build_classifier(backbone, channels, len(names))
             settings = TrainSettings(epochs=epochs, batch_size=batch, seed=derive_seed(seed, "findings"),
                                      device=device or get_device(), progress=progress)
-            trained = train_multilabel_classifier(model, sets.train, settings, val=sets.val).model.cpu().eval()
+            trained = train_multilabel_classifier(model, sets.train, settings, val=sets.val,
+                                                  augment=augment).model.cpu().eval()
             scores = _probabilities(trained, task, sets.check[0])
         return {"model": trained, "truth": sets.check[1], "scores": np.asarray(scores, dtype=np.float64),
                 "patients": sets.check[2], "source": sets.source}
@@ -292,7 +300,8 @@ def label_rows(kind: str, config: Config, classifier: LabelClassifier, real: tor
     and ``generated`` images (N, C, R, R) in [0, 1]: its held-out check (``labels/check``), per label the true
     share in the training images and the shares read off real and generated images (``labels/<name>/<set>``),
     and the distances generated-vs-real (``labels/distance``) and held-out-vs-real (``labels/distance/held_out``:
-    how far two samples of real images already lie apart)."""
+    how far two samples of real images already lie apart), and the check's floor (``labels/jpeg_change``: how far
+    the labels read off the held-out images move when they are saved as JPEG at ``config.label_jpeg_quality``)."""
     check = classifier.check()
     held_out = classifier.shares(classifier.check_scores)
     probabilities = {"real": classifier.probabilities(real), "generated": classifier.probabilities(generated)}
@@ -327,4 +336,25 @@ def label_rows(kind: str, config: Config, classifier: LabelClassifier, real: tor
                                                                                                 shares["real"]),
                  "protocol": f"{metric} between the labels read off the held-out check images and the real training "
                              "images (two real samples: the distance sampling alone gives)"})
+    # The label check's own floor: the held-out real images saved as JPEG must read as the same labels.
+    quality = config.label_jpeg_quality
+    saved = classifier.shares(classifier.probabilities(jpeg_round_trip(check_images(kind, config, classifier),
+                                                                       quality)))
+    rows.append({"kind": kind, "metric": "labels/jpeg_change", "value": classifier.distance(saved, held_out),
+                 "protocol": f"{metric} between the labels the {what} reads off its held-out check images saved as "
+                             f"JPEG at quality {quality} and unsaved"})
     return rows
+
+
+def check_images(kind: str, config: Config, classifier: LabelClassifier) -> torch.Tensor:
+    """The held-out real images that check ``classifier`` (:attr:`LabelSets.check`, drawn with ``config.seed``),
+    float (N, C, R, R) in [0, 1], in the order of its ``check_scores``."""
+    from anonpaper.train.loop import as_image_tensor
+
+    cohort = kind_cohort(kind, config)
+    columns = [classifier.column] if classifier.task == "grade" else [f"true_{name}" for name in classifier.names]
+    images = label_sets(cohort, kind, columns, config, config.seed).check[0]
+    if len(images) != len(classifier.check_scores):
+        raise ValueError(f"{kind}: {len(images)} check images, but the classifier was checked on "
+                         f"{len(classifier.check_scores)} (another seed or cohort)")
+    return as_image_tensor(images)

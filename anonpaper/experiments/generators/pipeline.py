@@ -35,7 +35,7 @@ from anonpaper.experiments.generators.config import KINDS, PHANTOM_FUNDUS, Confi
 from anonpaper.experiments.generators.weights import (WeightsForAnotherConfig, WeightsRefused, export_weights,
                                                       load_weights, weights_paths)
 from anonpaper.metrics.distribution import (frechet_distance, kernel_inception_distance, knn_precision_recall,
-                                            nearest_neighbours, swd)
+                                            nearest_neighbours, radial_power_spectrum, swd)
 from anonpaper.metrics.identity import vessel_bifurcations
 from anonpaper.metrics.quality import domain_lpips, psnr, ssim
 from anonpaper.metrics.statistics import two_sample_bootstrap_se
@@ -395,7 +395,8 @@ class Outcome:
             ``"untrained"``, ``"truncation"`` (rows psi in ``TRUNCATIONS``), ``"projected_target"``,
             ``"projected_w"``, ``"projected_wplus"``, and ``"real_mask"`` / ``"generated_mask"`` (N, 1, S, S) in
             {0, 1}: the U-Net's masks (at ``MASK_THRESHOLD``, the cohort's side S) of the first real and generated
-            images, what the mask-fraction and vessel-tree checks read.
+            images, what the mask-fraction and vessel-tree checks read; ``"spectrum_real"`` and
+            ``"spectrum_generated"``: mean radially averaged power spectra, float64 (R,) (:func:`spectrum_rows`).
         segmenters: dataset -> {"mask", "val_dice", "check"} of the cohort-trained U-Nets.
         seconds: Wall seconds of :func:`run`.
         classifiers: dataset -> its cohort's
@@ -715,6 +716,52 @@ def comparison_rows(kind: str, config: Config, segmenter, mask_name: str, real: 
     return rows
 
 
+# Frequency bands (fractions of the Nyquist frequency) in which the power spectra of generated and real images are
+# compared: the coarsest band holds the disc, arcades and lesion clusters; the finest, 1-2 px vessels and specks.
+SPECTRUM_BANDS = ((0.05, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
+
+
+def band_power_db(real_spectra: np.ndarray, fake_spectra: np.ndarray, band: tuple[float, float]) -> float:
+    """10 log10 of the generated over the real images' mean power in ``band`` (fractions of Nyquist) of their
+    :func:`~anonpaper.metrics.distribution.radial_power_spectrum` rows (N, R): negative where the generated images
+    carry less energy (-3 dB: half). NaN when the band holds no ring or the real power there is 0.
+
+    Example:
+        >>> real = np.ones((2, 9)); fake = np.full((3, 9), 0.5)
+        >>> round(band_power_db(real, fake, (0.5, 1.0)), 2)
+        -3.01
+    """
+    rings = np.arange(real_spectra.shape[1]) / (real_spectra.shape[1] - 1)
+    inside = (rings > band[0]) & (rings <= band[1])
+    real_power, fake_power = real_spectra[:, inside].mean(), fake_spectra[:, inside].mean()
+    if not inside.any() or not real_power > 0:
+        return float("nan")
+    return float(10 * np.log10(fake_power / real_power))
+
+
+def spectrum_rows(kind: str, config: Config, real: torch.Tensor, fake: torch.Tensor) -> tuple[list[dict], dict]:
+    """The power spectra of generated against real images (a diagnostic, no claim): per :data:`SPECTRUM_BANDS`
+    band, the generated images' power relative to the real ones' in dB with a bootstrap SE, and the mean spectra
+    (``{"real", "generated"}``: float64 (R,)) for the figure. A generator that blurs shows a deficit in the finest
+    bands; one that draws too little structure, in the coarse ones."""
+    spectra = {"real": radial_power_spectrum(real), "generated": radial_power_spectrum(fake)}
+    rows = []
+    resamples, seed = config.bootstrap, derive_seed(config.seed, "generators-bootstrap", kind, "spectrum")
+    protocol = (f"{len(fake)} generated (psi 1) vs {len(real)} real training images; radially averaged power "
+                f"spectrum of the central {spectra['real'].shape[1] * 2 - 2} px square (mean removed, Hann window, "
+                f"mean over channels); 10 log10(generated / real) of the mean power in the band")
+    for band in SPECTRUM_BANDS:
+        name = f"spectrum/{band[0]:g}-{band[1]:g}_nyquist/db"
+        rows.append({"kind": kind, "metric": name, "value": band_power_db(spectra["real"], spectra["generated"], band),
+                     "protocol": protocol})
+        rows.append({"kind": kind, "metric": f"{name}/se", "protocol": f"SE: {resamples} bootstrap draws of both "
+                                                                        "image sets",
+                     "value": two_sample_bootstrap_se(spectra["real"], spectra["generated"],
+                                                      lambda real_rows, fake_rows, band=band:
+                                                      band_power_db(real_rows, fake_rows, band), resamples, seed)})
+    return rows, {name: values.mean(0) for name, values in spectra.items()}
+
+
 NEAREST_SHOWN = 8  # generated samples shown beside their nearest training image
 MASKS_SHOWN = 8  # real and generated images shown beside the U-Net masks the checks read
 
@@ -786,6 +833,8 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
         native = _as_float(kind_cohort(kind, config).split("train").load_images())[pick]
     rows = comparison_rows(kind, config, segmenter, mask_name, real, fake, labels, untrained=untrained,
                            native=native)
+    spectrum, mean_spectra = spectrum_rows(kind, config, real, fake)
+    rows.extend(spectrum)
     test_all = _as_float(load_images(kind, config, "test"))
     memorisation, nearest = memorisation_rows(kind, config, segmenter, mask_name, train_all, fake,
                                               test_all[:config.eval_images])
@@ -799,7 +848,8 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
                "truncation": np.stack([generate(generator, 6, seed, psi).numpy() for psi in TRUNCATIONS]),
                "projected_target": held_out.numpy(),
                "nearest_generated": fake[:NEAREST_SHOWN].numpy(),
-               "nearest_train": train_all[torch.as_tensor(nearest[:NEAREST_SHOWN])].numpy()}
+               "nearest_train": train_all[torch.as_tensor(nearest[:NEAREST_SHOWN])].numpy(),
+               **{f"spectrum_{name}": values for name, values in mean_spectra.items()}}
     for name, images in (("real", real), ("generated", fake)):
         # What the mask-fraction and vessel-tree checks read: the U-Net's masks at its threshold, cohort side.
         shown = to_cohort_size(images[:MASKS_SHOWN], config, kind)
