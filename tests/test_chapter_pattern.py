@@ -75,3 +75,28 @@ def test_claim_vocabulary_and_the_one_small_test_set_rule():
     with pytest.raises(ValueError, match="kind"):
         decide("a", "A", paper=1, ours=2, effect=1.0, kind="other", **rule)
     assert DECISION_Z == 2.0
+
+
+@pytest.mark.parametrize("name", list(REGISTRY.studies))
+def test_every_figure_cell_has_a_label_a_caption_and_alt_text(name):
+    """MyST-NB reads figure labels, captions and alt text only under the cell's ``mystnb`` key; alt text put anywhere
+    else leaves the book's image with its file name as alt (what the browser test reports), so catch it here."""
+    import json
+
+    notebook = json.loads(REGISTRY.studies[name].notebook.read_text())
+    problems = []
+    for cell in notebook["cells"]:
+        metadata = cell.get("metadata", {})
+        if cell["cell_type"] != "code" or not ({"mystnb", "image", "figure"} & set(metadata)):
+            continue
+        where = cell.get("id", "?")
+        presentation = metadata.get("mystnb", {})
+        stray = sorted({"image", "figure"} & set(metadata))
+        if stray:
+            problems.append(f"{where}: {stray} outside 'mystnb'")
+        figure = presentation.get("figure")
+        if figure is not None and not (figure.get("name") and figure.get("caption")):
+            problems.append(f"{where}: a figure without a name or caption")
+        if figure is not None and not presentation.get("image", {}).get("alt", "").strip():
+            problems.append(f"{where}: a figure without alt text under mystnb.image.alt")
+    assert not problems, f"{name}: " + "; ".join(problems)
