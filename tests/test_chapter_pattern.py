@@ -95,8 +95,10 @@ def test_every_figure_cell_has_a_label_a_caption_and_alt_text(name):
         if stray:
             problems.append(f"{where}: {stray} outside 'mystnb'")
         figure = presentation.get("figure")
-        if figure is not None and not (figure.get("name") and figure.get("caption")):
+        if figure is None:
+            continue
+        if not (figure.get("name") and figure.get("caption")):
             problems.append(f"{where}: a figure without a name or caption")
-        if figure is not None and not presentation.get("image", {}).get("alt", "").strip():
+        if not presentation.get("image", {}).get("alt", "").strip():
             problems.append(f"{where}: a figure without alt text under mystnb.image.alt")
     assert not problems, f"{name}: " + "; ".join(problems)
