@@ -362,7 +362,8 @@ def _cmd_generators_train(args) -> int:
 
     # run_job prints what it did (on rank 0 under torchrun).
     run_job(generators_train_job(args), args.out, resume=args.resume, minutes=args.minutes, progress=not args.quiet,
-            device=args.device, batch_gpu=args.batch_gpu, branch_from=args.branch_from)
+            device=args.device, batch_gpu=args.batch_gpu, branch_from=args.branch_from,
+            rerendered_population=args.rerendered_population)
     return 0
 
 
@@ -652,6 +653,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start a new run in OUT from another run folder's checkpoint (same generator and "
                         "evaluation; --change may change the recipe, e.g. a lower learning rate); the source is only "
                         "read, and --resume alone continues the branch")
+    p.add_argument("--rerendered-population", action="store_true",
+                   help="continue (or branch from) a run whose training population this environment renders with "
+                        "other pixels (another OpenCV release: same patients, other key), training on the images as "
+                        "drawn here from now on; the change is recorded in run.json and the exported provenance")
     p.add_argument("--resolution", type=int, default=None,
                    help="image side in px (default: the chapter's, 64 fundus / 32 chest X-ray)")
     p.add_argument("--stylegan-config", default=None, help="StyleGAN config name (default: the chapter's, sg2-tiny / "

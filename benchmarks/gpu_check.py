@@ -16,8 +16,9 @@ its own time limit (a step that fails or runs out of time is recorded and the ne
 6. ``dry-run:NAME`` for every chapter: ``anonpaper run NAME --profile paper --dry-run``.
 7. ``generators:KIND`` for each kind (all three by default): ``anonpaper generators train KIND --minutes M --resume
    --out DIR`` with the time left split between the kinds, resuming the run shipped in ``weights/KIND.run`` when
-   there is one (with the options it was started with, from its ``run.json``, and a ``--kimg`` of
-   ``--generator-args`` as its new target; the rehearsal resumes none unless ``--shipped`` is given); the weights,
+   there is one (with the options it was started with, from its ``run.json``, a ``--kimg`` of
+   ``--generator-args`` as its new target, and ``--rerendered-population``, since the machine's libraries may draw
+   its population's pixels otherwise; the rehearsal resumes none unless ``--shipped`` is given); the weights,
    provenance JSON and run folder are packed into ``generators-KIND.tar``.
 
 The whole command never runs past ``--budget`` seconds (540 by default): each step's limit is the smaller of its
@@ -470,9 +471,12 @@ class Check:
             # The target kimg is not part of what a run is, so a --kimg given here trains a shipped run on (one
             # exported early, e.g. at 310 kimg, would otherwise have nothing left to do); the last one counts.
             target = target_kimg_option(self.generator_args)
-            options += target
+            # Its population was rendered where it began: this machine's libraries (constraints.txt) may draw a few
+            # pixels otherwise, and the run then trains on the images as drawn here, recorded in its run.json.
+            options += [*target, "--rerendered-population"]
             step.reason = (f"resumed the shipped run {shipped_run} with its own options"
-                           + (f" to {target[1]} kimg" if target else ""))
+                           + (f" to {target[1]} kimg" if target else "")
+                           + " (on its population as rendered here, if that differs: run.json records it)")
         # Leave a margin for the export and the pack: training stops at a checkpoint after about `minutes`.
         minutes = max(0.05, (limit - min(30.0, 0.25 * limit)) / 60)
         step.command = [self.python, "-c", CLI, "generators", "train", kind, "--minutes", f"{minutes:.2f}",

@@ -96,6 +96,7 @@ def test_population_is_rendered_once_memory_mapped_and_matches_the_phantom(tmp_p
     assert list(population.table["patient_id"]) == list(cohort.table["patient_id"])
     record = json.loads((population.directory / "population.json").read_text())
     assert record["images"] == len(cohort) and record["images_sha256"] == sha256_of(population.directory / "images.npy")
+    assert record["libraries"] == populations.rendering_libraries() and "numpy_avx512" in record  # what drew them
     again = load_population(spec, progress=False, render=False)  # opened, not rendered
     assert again.directory == population.directory
     with pytest.raises(LookupError, match="not rendered"):
@@ -209,6 +210,49 @@ def test_a_session_on_other_arithmetic_is_warned_about_and_recorded():
     change = jobs.arithmetic_change([first], other)
     assert "torch_threads" in change and "cpu_capability" in change and "bit-identical" in change
     assert "started" not in change  # when and where from is not arithmetic
+    # The phantoms' renderer is part of it (another OpenCV draws other training images); a field an older session did
+    # not record is not compared.
+    assert set(first["libraries"]) == set(populations.RENDERING_LIBRARIES) and "numpy_avx512" in first
+    renderer = {**first, "libraries": {**first["libraries"], "opencv-python-headless": "0.0.0"}}
+    assert "libraries" in jobs.arithmetic_change([first], renderer)
+    older = {name: value for name, value in first.items() if name not in ("libraries", "numpy_avx512")}
+    assert jobs.arithmetic_change([older], first) is None
+
+
+def test_a_run_whose_population_renders_otherwise_here_is_refused_naming_the_renderer(tmp_path):
+    jobs.run_job(tiny_job(kimg=0.016), tmp_path, progress=False, log=lambda _: None)
+    run_json = tmp_path / "fundus-sg2.run" / "run.json"
+    record = json.loads(run_json.read_text())
+    assert record["sessions"][-1]["libraries"] == populations.rendering_libraries()
+    # As if the run's images had been rendered by another OpenCV: the same population spec, another key.
+    record["identity"]["population"]["key"] = "0" * 16
+    record["sessions"][-1]["libraries"]["opencv-python-headless"] = "0.0.0"
+    run_json.write_text(json.dumps(record))
+    with pytest.raises(jobs.RunMismatch, match=r"population\.key: .*renders these images differently here, with "
+                                               r"opencv-python-headless .*the run's last session rendered with "
+                                               r"opencv-python-headless 0\.0\.0"):
+        jobs.run_job(tiny_job(kimg=0.032), tmp_path, resume=True, progress=False, log=lambda _: None)
+    with pytest.raises(jobs.RunMismatch, match=r"population\.key: .*OpenCV release.*--rerendered-population"):
+        jobs.run_job(tiny_job(kimg=0.032), tmp_path / "branch", branch_from=tmp_path / "fundus-sg2.run",
+                     progress=False, log=lambda _: None)
+    # Asked for, the run trains on from its checkpoint on the images as drawn here, and says so in its records.
+    branch = jobs.run_job(tiny_job(kimg=0.032), tmp_path / "branch", branch_from=tmp_path / "fundus-sg2.run",
+                          rerendered_population=True, progress=False, log=lambda _: None)
+    lines = []
+    resumed = jobs.run_job(tiny_job(kimg=0.032), tmp_path, resume=True, rerendered_population=True, progress=False,
+                           log=lines.append)
+    assert resumed.finished and branch.finished and any("as rendered here" in line for line in lines)
+    for outcome in (resumed, branch):
+        provenance = json.loads(outcome.weights.with_suffix(".json").read_text())
+        change, = provenance["population_changes"]
+        assert change["from_key"] == "0" * 16 and change["to_key"] == provenance["population"]["key"] != "0" * 16
+        assert change["at_kimg"] == pytest.approx(0.016) and change["libraries"] == populations.rendering_libraries()
+    # The identity took the new key: the next session here resumes without the flag.
+    assert jobs.run_job(tiny_job(kimg=0.048), tmp_path, resume=True, progress=False, log=lambda _: None).finished
+    # Another population altogether (not just another rendering of it) is still refused.
+    with pytest.raises(jobs.RunMismatch, match=r"population\.n_patients"):
+        jobs.run_job(tiny_job(kimg=0.064, population_patients=4), tmp_path, resume=True, rerendered_population=True,
+                     progress=False, log=lambda _: None)
 
 
 def test_a_run_is_never_overwritten_or_resumed_as_another(tmp_path):

@@ -185,14 +185,16 @@ def test_a_shipped_run_is_resumed_with_the_options_it_was_started_with_and_a_giv
     step = gpu_check.Step("generators:fundus-sg2", None, None, generator_kind="fundus-sg2")
     check.prepare_generator(step, 120.0)
     options = step.command[step.command.index("--quiet") + 1:]
-    assert options == command.split()[4:]  # neither the rehearsal's sizes nor --generator-args
+    # neither the rehearsal's sizes nor --generator-args; the population as this machine renders it
+    assert options == command.split()[4:] + ["--rerendered-population"]
     assert (check.generators_work / "fundus-sg2.run" / "run.json").exists() and "shipped run" in step.reason
     onward = gpu_check.Check(tmp_path / "out3", gpu_check.REHEARSAL, True, 240.0, sys.executable, ("fundus-sg2",),
                              ("--batch", "32", "--kimg", "800"), shipped)
     step = gpu_check.Step("generators:fundus-sg2", None, None, generator_kind="fundus-sg2")
     onward.prepare_generator(step, 120.0)
     options = step.command[step.command.index("--quiet") + 1:]
-    assert options == command.split()[4:] + ["--kimg", "800"] and "to 800 kimg" in step.reason  # only the target
+    assert options == command.split()[4:] + ["--kimg", "800", "--rerendered-population"]  # only the target
+    assert "to 800 kimg" in step.reason
     other = gpu_check.Step("generators:cxr-sg2", None, None, generator_kind="cxr-sg2")
     check.prepare_generator(other, 120.0)
     assert other.command is None and "not 'anonpaper generators train cxr-sg2'" in other.reason

@@ -17,10 +17,11 @@ Stored once. :func:`load_population` renders every image into ``$ANONPAPER_CACHE
 images.npy`` (uint8 (N, H, W[, C])) and opens it memory-mapped, so a 256 px population (1.5 GB) is not read into
 memory. The folder's name holds a key of the population's description, its table and the pixels of its first
 images (the phantom code's output, not its source text: editing a docstring does not regenerate it, changing how
-a retina is drawn does). Rendering is resumable and atomic: images go into ``images.npy.partial`` with a progress
-file updated after each flushed block, an interrupted run continues from the last block, and only a complete
-population (``population.json``, written last) is ever opened. Two processes that ask for the same population at
-once (two jobs, or torchrun's ranks) take turns on a file lock: one renders, the other then opens.
+a retina is drawn does, and so does another OpenCV release: the record names the :data:`RENDERING_LIBRARIES`).
+Rendering is resumable and atomic: images go into ``images.npy.partial`` with a progress file updated after each
+flushed block, an interrupted run continues from the last block, and only a complete population
+(``population.json``, written last) is ever opened. Two processes that ask for the same population at once (two
+jobs, or torchrun's ranks) take turns on a file lock: one renders, the other then opens.
 
 Example:
     >>> spec = PopulationSpec("phantom-retina", image_size=64, n_patients=2, seed=0)
@@ -45,7 +46,7 @@ import pandas as pd
 from anonpaper.cache import atomic_write_bytes, file_sha256
 from anonpaper.data.cohort import Cohort
 from anonpaper.data.registry import load_cohort
-from anonpaper.runtime import cache_dir, content_hash, derive_seed
+from anonpaper.runtime import cache_dir, content_hash, derive_seed, versions
 
 NAMESPACE = "generator-population"
 ID_PREFIX = "gp-"
@@ -55,6 +56,9 @@ FORMAT = "anonpaper.generator-population/1"
 # Patients per phantom (defaults): the image counts they give are recorded in the population and checked by tests.
 DEFAULT_PATIENTS = {"phantom-retina": 3000, "phantom-cxr": 1000}
 PROBE_IMAGES = 4  # first images whose pixels enter the key
+# Libraries whose version decides the phantoms' pixels for given seeds: OpenCV draws the anti-aliased vessels, discs
+# and lesions and blurs them (5.0.0.93 and 5.1.0.95 render the same retina differently), NumPy draws the parameters.
+RENDERING_LIBRARIES = ("opencv-python-headless", "numpy")
 BLOCK = 64  # images rendered between flushes of the partial array
 
 
@@ -165,6 +169,36 @@ class Population:
             **asdict(self.spec), "phantom_seed": self.spec.phantom_seed, "namespace": NAMESPACE,
             "images": int(len(self.images)), "patients": int(self.table["patient_id"].nunique()),
             "key": self.key, "images_sha256": self.record["images_sha256"]}}
+
+
+def numpy_avx512() -> bool | None:
+    """Whether NumPy dispatches to its AVX-512 kernels here (None off x86 or where NumPy does not say).
+
+    Its AVX-512 ``exp`` and friends differ from the AVX2 ones in the last bit, which reaches the phantoms' parameter
+    tables (and so a population's key) though not, in the images measured, their pixels. It follows
+    ``NPY_DISABLE_CPU_FEATURES`` (``"X86_V4 AVX512_ICL"`` gives an AVX-512 processor the AVX2 kernels).
+    """
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # NumPy 1.x
+        try:
+            from numpy.core._multiarray_umath import __cpu_features__ as features
+        except ImportError:
+            return None
+    for name in ("X86_V4", "AVX512_SKX"):  # NumPy >= 2.4 groups the AVX-512 kernels under X86_V4
+        if name in features:
+            return bool(features[name])
+    return None
+
+
+def rendering_libraries() -> dict[str, str | None]:
+    """Versions of :data:`RENDERING_LIBRARIES` in this environment (None for one not installed).
+
+    >>> sorted(rendering_libraries()) == sorted(RENDERING_LIBRARIES)
+    True
+    """
+    found = versions()
+    return {name: found.get(name) for name in RENDERING_LIBRARIES}
 
 
 def population_key(spec: PopulationSpec, cohort: Cohort | None = None) -> str:
@@ -290,6 +324,6 @@ def _render(cohort: Cohort, spec: PopulationSpec, key: str, directory: Path, pro
     record = {"format": FORMAT, "key": key, "description": spec.description(), "shape": list(shape),
               "images": count, "patients": int(cohort.table["patient_id"].nunique()),
               "render_seconds": round(seconds, 3), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-              "images_sha256": file_sha256(array_path)}
+              "libraries": rendering_libraries(), "numpy_avx512": numpy_avx512(), "images_sha256": file_sha256(array_path)}
     atomic_write_bytes(directory / "population.json", (json.dumps(record, indent=2) + "\n").encode())
     state_path.unlink(missing_ok=True)

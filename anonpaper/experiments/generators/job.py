@@ -52,7 +52,8 @@ import pandas as pd
 import torch
 
 from anonpaper.cache import atomic_write_bytes
-from anonpaper.data.population import Population, PopulationSpec, load_population
+from anonpaper.data.population import (Population, PopulationSpec, load_population, numpy_avx512,
+                                       rendering_libraries)
 from anonpaper.experiments.generators.config import KINDS, Config
 from anonpaper.experiments.generators.pipeline import (PROJECT_ROOT, build_networks, comparison_rows,
                                                        evaluation_instruments, evaluation_reals, generate,
@@ -314,6 +315,54 @@ def _differences(expected: Any, found: Any, prefix: str = "") -> list[str]:
     return []
 
 
+POPULATION_KEY = "population.key:"
+
+
+def accept_rerendered_population(differences: list[str], record: dict[str, Any], identity: dict[str, Any],
+                                 at_kimg: float) -> list[str]:
+    """``differences`` without the population key's line when it is the only one, the change then recorded.
+
+    What ``--rerendered-population`` allows: the run trains on from here on its population as this environment
+    renders it (the same spec and patients; other pixels where another OpenCV release draws them). The run's
+    identity takes the new key, so later sessions here resume without the flag, and ``record["population_changes"]``
+    (copied into the exported provenance) gets an entry: the kimg, both keys, and the libraries and kernels that
+    rendered the new one. Any other difference leaves ``differences`` as they are, to be refused.
+    """
+    keys = [line for line in differences if line.startswith(POPULATION_KEY)]
+    if not keys or len(keys) != len(differences):
+        return differences
+    population = record["identity"]["population"]
+    record.setdefault("population_changes", []).append(
+        {"at_kimg": round(float(at_kimg), 3), "from_key": population.get("key"),
+         "to_key": identity["population"]["key"], "libraries": rendering_libraries(),
+         "numpy_avx512": numpy_avx512(), "commit": git_sha()})
+    record["identity"] = {**record["identity"], "population": dict(identity["population"])}
+    return []
+
+
+def _population_hint(differences: list[str], record: dict[str, Any]) -> str:
+    """What to say beside a differing ``population.key``: same spec, other pixels means another renderer.
+
+    The key hashes the population's description, table and first images. When the spec is the same and only the
+    key differs, the phantom drew other pixels from the same seeds, which another OpenCV release does; the run's
+    sessions name the libraries they rendered with (sessions recorded before they did name none)."""
+    if not any(line.startswith(POPULATION_KEY) for line in differences):
+        return ""
+    recorded = [session for session in record.get("sessions") or [] if session.get("libraries")]
+    there = (f"the run's last session rendered with "
+             f"{_rendering_text(recorded[-1]['libraries'], recorded[-1].get('numpy_avx512'))}"
+             if recorded else "the run's sessions do not record theirs")
+    return (f" (the phantom renders these images differently here, with "
+            f"{_rendering_text(rendering_libraries(), numpy_avx512())}; {there}: the pixels depend on the OpenCV "
+            "release and on NumPy's AVX-512 kernels; continue the run where they match, or pass "
+            "--rerendered-population to train on from here on the images as drawn here, recorded in run.json)")
+
+
+def _rendering_text(libraries: dict[str, Any], avx512: bool | None) -> str:
+    kernels = {True: "NumPy's AVX-512 kernels", False: "NumPy's AVX2 kernels"}.get(avx512)
+    return ", ".join([f"{name} {version}" for name, version in libraries.items()] + ([kernels] if kernels else []))
+
+
 def _read_run(run_dir: Path) -> dict | None:
     path = run_dir / "run.json"
     if not path.is_file():
@@ -325,11 +374,13 @@ def _read_run(run_dir: Path) -> dict | None:
 
 
 def start_branch(job: TrainingJob, run_dir: Path, source: Path, record_of_source: dict[str, Any],
-                 identity: dict[str, Any], evaluation: dict[str, Any]) -> dict[str, Any]:
+                 identity: dict[str, Any], evaluation: dict[str, Any],
+                 rerendered_population: bool = False) -> dict[str, Any]:
     """Start ``run_dir`` as a branch of the run in ``source``, whose ``run.json`` is ``record_of_source`` (see
     :func:`run_job`'s ``branch_from``): copy its checkpoint, and write a ``run.json`` with this job's identity, the
     source's curve, protocols, sessions and training seconds so far, and a ``branch`` entry (source folder, kimg and step, the copied checkpoint's SHA-256,
-    the source's identity and what differs from it). Returns that record.
+    the source's identity and what differs from it). Returns that record. With ``rerendered_population``, the
+    source's population may differ in its key alone (:func:`accept_rerendered_population`).
 
     Raises:
         RunMismatch: The source differs in more than the training recipe, or in its evaluation, or its checkpoint
@@ -338,9 +389,16 @@ def start_branch(job: TrainingJob, run_dir: Path, source: Path, record_of_source
     source_identity = record_of_source.get("identity") or {}
     differences = _differences(identity, source_identity)
     fixed = [line for line in differences if not line.startswith("training.")]
+    changes = list(record_of_source.get("population_changes") or [])
+    if rerendered_population and fixed:
+        rerendered = {"identity": source_identity, "population_changes": changes}
+        fixed = accept_rerendered_population(fixed, rerendered, identity, _recorded_kimg(record_of_source))
+        changes = rerendered["population_changes"]
+        differences = [line for line in differences if not line.startswith(POPULATION_KEY)]
     if fixed:
         raise RunMismatch(f"{source / 'run.json'} is another generator than the one asked for (a branch may change "
-                          "only the training recipe): " + "; ".join(fixed[:8]))
+                          "only the training recipe): " + "; ".join(fixed[:8])
+                          + _population_hint(fixed, record_of_source))
     protocol = _differences(evaluation, recorded_evaluation(record_of_source.get("evaluation") or {}))
     if protocol:
         raise RunMismatch(f"{source / 'run.json'} was evaluated otherwise (a branch continues its curve, one "
@@ -358,6 +416,7 @@ def start_branch(job: TrainingJob, run_dir: Path, source: Path, record_of_source
               "protocols": dict(record_of_source.get("protocols") or {}),
               "train_seconds": float(record_of_source.get("train_seconds") or 0.0),
               "sessions": list(record_of_source.get("sessions") or []), "command": job.command(),
+              **({"population_changes": changes} if changes else {}),
               "branch": {"from": str(source), "from_kimg": job.kimg_of(step), "from_step": step,
                          "checkpoint_sha256": hashlib.sha256(checkpoint).hexdigest(),
                          "source_command": record_of_source.get("command"), "source_identity": source_identity,
@@ -387,7 +446,7 @@ def _jsonable(value: Any) -> Any:
 def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool = False,
             minutes: float | None = None, progress: bool = True, device: str | None = None,
             batch_gpu: int | None = None, branch_from: str | Path | None = None,
-            log: Callable[[str], None] = print) -> JobOutcome:
+            rerendered_population: bool = False, log: Callable[[str], None] = print) -> JobOutcome:
     """Train ``job`` in chunks with checkpoints and evaluations; export its weights when the target kimg is reached.
 
     Args:
@@ -408,6 +467,10 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
             or another R1 gamma). The source is only read. Only for a run folder without a run yet; a branch is
             continued later with ``resume`` alone. The branch's ``run.json`` and exported provenance record the
             source folder, its kimg, the SHA-256 of the checkpoint copied and what the recipe changed.
+        rerendered_population: Continue (or branch from) a run whose population this environment renders with
+            other pixels (another OpenCV release; the same spec and patients), training on the images as drawn
+            here from now on; the change is recorded (:func:`accept_rerendered_population`). Without it such a run
+            is refused, naming the libraries.
         log: Where lines go (rank 0 only).
 
     Returns:
@@ -450,7 +513,8 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
     identity = _jsonable(job.identity(population.key))
     evaluation = _jsonable(job.evaluation())
     if source is not None:
-        record = start_branch(job, run_dir, source, record_of_source, identity, evaluation) if main else None
+        record = (start_branch(job, run_dir, source, record_of_source, identity, evaluation, rerendered_population)
+                  if main else None)
         record = broadcast_object(record)
         say(f"{kind}: branched from {source} at {record['branch']['from_kimg']:g} kimg; the recipe changes: "
             + ("; ".join(record["branch"]["changed"]) or "nothing"))
@@ -464,9 +528,16 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
     if record is not None:
         record["evaluation"] = recorded_evaluation(record.get("evaluation") or {})  # spelled out from now on
         differences = _differences(identity, record.get("identity")) + _differences(evaluation, record["evaluation"])
+        if rerendered_population:
+            differences = accept_rerendered_population(differences, record, identity, _recorded_kimg(record))
+            if not differences and record.get("population_changes"):
+                change = record["population_changes"][-1]
+                say(f"{kind}: trains on from {change['at_kimg']:g} kimg on its population as rendered here (key "
+                    f"{change['from_key']} -> {change['to_key']}; recorded in run.json)")
         if differences:
             raise RunMismatch(f"{run_dir / 'run.json'} is another run than the one asked for: "
-                              + "; ".join(differences[:8]) + ("; ..." if len(differences) > 8 else ""))
+                              + "; ".join(differences[:8]) + ("; ..." if len(differences) > 8 else "")
+                              + _population_hint(differences, record))
     elif resume:
         say(f"{run_dir}: no run to resume; starting one")
     step = _checkpoint_step(run_dir)
@@ -589,29 +660,33 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
 
 
 # What makes two sessions' arithmetic alike: the same floats come out only for the same values of all of these.
-ARITHMETIC_FIELDS = ("device", "processes", "cpu_capability", "cpu_caps", "torch_threads", "torch")
+ARITHMETIC_FIELDS = ("device", "processes", "cpu_capability", "cpu_caps", "numpy_avx512", "torch_threads", "torch",
+                     "libraries")
 
 
 def session_record(device: Any, processes: int, from_kimg: float) -> dict[str, Any]:
     """What one session of a run records in ``run.json["sessions"]`` (and the exported provenance): when it
-    started, the commit, the device, processes and CPU arithmetic (processor, kernel ISA, caps, threads), the
-    kimg it started from and reached, and its training seconds."""
+    started, the commit, the device, processes and CPU arithmetic (processor, kernel ISA, caps, threads, NumPy's
+    AVX-512 kernels), the versions of the libraries that render the phantoms
+    (:func:`~anonpaper.data.population.rendering_libraries`), the kimg it started from and reached, and its
+    training seconds."""
     return {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": git_sha(),
             "device": str(device), "processes": int(processes), **cpu_arithmetic(),
-            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "from_kimg": from_kimg,
-            "to_kimg": from_kimg, "train_seconds": 0.0}
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "numpy_avx512": numpy_avx512(),
+            "libraries": rendering_libraries(), "from_kimg": from_kimg, "to_kimg": from_kimg, "train_seconds": 0.0}
 
 
 def arithmetic_change(sessions: list[dict[str, Any]], session: dict[str, Any]) -> str | None:
     """A warning when ``session`` computes differently from the run's last session (another processor ISA, thread
-    count, device, process count or torch): the run goes on, but its weights are then not bit-identical to an
-    uninterrupted run on either machine. None when nothing differs (or no earlier session recorded its arithmetic).
+    count, device, process count, torch or rendering libraries): the run goes on, but its weights are then not
+    bit-identical to an uninterrupted run on either machine. None when nothing differs (or no earlier session
+    recorded its arithmetic; a field the last session did not record yet is not compared).
     """
     if not sessions or "torch_threads" not in sessions[-1]:
         return None
     last = sessions[-1]
     differences = [f"{name} {last.get(name)!r} -> {session.get(name)!r}" for name in ARITHMETIC_FIELDS
-                   if last.get(name) != session.get(name)]
+                   if name in last and last.get(name) != session.get(name)]
     if not differences:
         return None
     return ("this session computes differently from the run's last one (" + ", ".join(differences) + "); the "
@@ -690,6 +765,7 @@ def export_run(job: TrainingJob, run_dir: Path, record: dict, population: Popula
         # A branch trains again from its source's checkpoint: the source's command to that kimg, then this one.
         "command": job.command() + (f" --branch-from {shlex.quote(branch['from'])}" if branch else ""),
         **({"branch": branch} if branch else {}),
+        **({"population_changes": record["population_changes"]} if record.get("population_changes") else {}),
         "chapter_parameters": job.config.parameters()}
     return export_weights(generator, directory, kind=job.kind, kimg=kimg, seed=job.config.seed, metrics=last,
                           data=population.provenance(), provenance=provenance)
@@ -703,6 +779,7 @@ def population_for(kind: str, *, resolution: int | None = None, patients: int | 
     return load_population(job.population, progress=progress)
 
 
-__all__ = ["DEFAULT_EVAL_KIMG", "JobOutcome", "PopulationImages", "RunMismatch", "TrainingJob", "arithmetic_change",
-           "curve_point", "describe_point", "ema_generator", "export_run", "population_for", "run_directory",
-           "run_job", "session_record", "start_branch", "training_job"]
+__all__ = ["DEFAULT_EVAL_KIMG", "JobOutcome", "PopulationImages", "RunMismatch", "TrainingJob",
+           "accept_rerendered_population", "arithmetic_change", "curve_point", "describe_point", "ema_generator",
+           "export_run", "population_for", "run_directory", "run_job", "session_record", "start_branch",
+           "training_job"]
