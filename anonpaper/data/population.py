@@ -324,6 +324,7 @@ def _render(cohort: Cohort, spec: PopulationSpec, key: str, directory: Path, pro
     record = {"format": FORMAT, "key": key, "description": spec.description(), "shape": list(shape),
               "images": count, "patients": int(cohort.table["patient_id"].nunique()),
               "render_seconds": round(seconds, 3), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-              "libraries": rendering_libraries(), "numpy_avx512": numpy_avx512(), "images_sha256": file_sha256(array_path)}
+              "libraries": rendering_libraries(), "numpy_avx512": numpy_avx512(),
+              "images_sha256": file_sha256(array_path)}
     atomic_write_bytes(directory / "population.json", (json.dumps(record, indent=2) + "\n").encode())
     state_path.unlink(missing_ok=True)

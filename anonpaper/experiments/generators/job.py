@@ -318,26 +318,19 @@ def _differences(expected: Any, found: Any, prefix: str = "") -> list[str]:
 POPULATION_KEY = "population.key:"
 
 
-def accept_rerendered_population(differences: list[str], record: dict[str, Any], identity: dict[str, Any],
-                                 at_kimg: float) -> list[str]:
-    """``differences`` without the population key's line when it is the only one, the change then recorded.
+def only_population_key(differences: list[str]) -> bool:
+    """Whether the population's key is all that differs: the same spec and patients, other pixels (what
+    ``--rerendered-population`` lets a run train on from, with :func:`population_change` recorded)."""
+    return bool(differences) and all(line.startswith(POPULATION_KEY) for line in differences)
 
-    What ``--rerendered-population`` allows: the run trains on from here on its population as this environment
-    renders it (the same spec and patients; other pixels where another OpenCV release draws them). The run's
-    identity takes the new key, so later sessions here resume without the flag, and ``record["population_changes"]``
-    (copied into the exported provenance) gets an entry: the kimg, both keys, and the libraries and kernels that
-    rendered the new one. Any other difference leaves ``differences`` as they are, to be refused.
-    """
-    keys = [line for line in differences if line.startswith(POPULATION_KEY)]
-    if not keys or len(keys) != len(differences):
-        return differences
-    population = record["identity"]["population"]
-    record.setdefault("population_changes", []).append(
-        {"at_kimg": round(float(at_kimg), 3), "from_key": population.get("key"),
-         "to_key": identity["population"]["key"], "libraries": rendering_libraries(),
-         "numpy_avx512": numpy_avx512(), "commit": git_sha()})
-    record["identity"] = {**record["identity"], "population": dict(identity["population"])}
-    return []
+
+def population_change(recorded_identity: dict[str, Any], identity: dict[str, Any], at_kimg: float) -> dict[str, Any]:
+    """The ``population_changes`` entry of a run that trains on from ``at_kimg`` on its population as this environment
+    renders it: the kimg, both keys, and the libraries and kernels that rendered the new one (copied into the
+    exported provenance)."""
+    return {"at_kimg": round(float(at_kimg), 3), "from_key": recorded_identity["population"].get("key"),
+            "to_key": identity["population"]["key"], "libraries": rendering_libraries(),
+            "numpy_avx512": numpy_avx512(), "commit": git_sha()}
 
 
 def _population_hint(differences: list[str], record: dict[str, Any]) -> str:
@@ -380,7 +373,7 @@ def start_branch(job: TrainingJob, run_dir: Path, source: Path, record_of_source
     :func:`run_job`'s ``branch_from``): copy its checkpoint, and write a ``run.json`` with this job's identity, the
     source's curve, protocols, sessions and training seconds so far, and a ``branch`` entry (source folder, kimg and step, the copied checkpoint's SHA-256,
     the source's identity and what differs from it). Returns that record. With ``rerendered_population``, the
-    source's population may differ in its key alone (:func:`accept_rerendered_population`).
+    source's population may differ in its key alone (:func:`population_change` is recorded).
 
     Raises:
         RunMismatch: The source differs in more than the training recipe, or in its evaluation, or its checkpoint
@@ -390,10 +383,9 @@ def start_branch(job: TrainingJob, run_dir: Path, source: Path, record_of_source
     differences = _differences(identity, source_identity)
     fixed = [line for line in differences if not line.startswith("training.")]
     changes = list(record_of_source.get("population_changes") or [])
-    if rerendered_population and fixed:
-        rerendered = {"identity": source_identity, "population_changes": changes}
-        fixed = accept_rerendered_population(fixed, rerendered, identity, _recorded_kimg(record_of_source))
-        changes = rerendered["population_changes"]
+    if rerendered_population and only_population_key(fixed):
+        changes.append(population_change(source_identity, identity, _recorded_kimg(record_of_source)))
+        fixed = []
         differences = [line for line in differences if not line.startswith(POPULATION_KEY)]
     if fixed:
         raise RunMismatch(f"{source / 'run.json'} is another generator than the one asked for (a branch may change "
@@ -469,8 +461,8 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
             source folder, its kimg, the SHA-256 of the checkpoint copied and what the recipe changed.
         rerendered_population: Continue (or branch from) a run whose population this environment renders with
             other pixels (another OpenCV release; the same spec and patients), training on the images as drawn
-            here from now on; the change is recorded (:func:`accept_rerendered_population`). Without it such a run
-            is refused, naming the libraries.
+            here from now on; the run takes the new key (later sessions here resume without the flag) and records
+            the change (:func:`population_change`). Without it such a run is refused, naming the libraries.
         log: Where lines go (rank 0 only).
 
     Returns:
@@ -528,12 +520,12 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
     if record is not None:
         record["evaluation"] = recorded_evaluation(record.get("evaluation") or {})  # spelled out from now on
         differences = _differences(identity, record.get("identity")) + _differences(evaluation, record["evaluation"])
-        if rerendered_population:
-            differences = accept_rerendered_population(differences, record, identity, _recorded_kimg(record))
-            if not differences and record.get("population_changes"):
-                change = record["population_changes"][-1]
-                say(f"{kind}: trains on from {change['at_kimg']:g} kimg on its population as rendered here (key "
-                    f"{change['from_key']} -> {change['to_key']}; recorded in run.json)")
+        if rerendered_population and only_population_key(differences):
+            change = population_change(record["identity"], identity, _recorded_kimg(record))
+            record.setdefault("population_changes", []).append(change)
+            record["identity"], differences = identity, []  # the key was all that differed
+            say(f"{kind}: trains on from {change['at_kimg']:g} kimg on its population as rendered here (key "
+                f"{change['from_key']} -> {change['to_key']}; recorded in run.json)")
         if differences:
             raise RunMismatch(f"{run_dir / 'run.json'} is another run than the one asked for: "
                               + "; ".join(differences[:8]) + ("; ..." if len(differences) > 8 else "")
@@ -780,6 +772,6 @@ def population_for(kind: str, *, resolution: int | None = None, patients: int | 
 
 
 __all__ = ["DEFAULT_EVAL_KIMG", "JobOutcome", "PopulationImages", "RunMismatch", "TrainingJob",
-           "accept_rerendered_population", "arithmetic_change", "curve_point", "describe_point", "ema_generator",
-           "export_run", "population_for", "run_directory", "run_job", "session_record", "start_branch",
+           "arithmetic_change", "curve_point", "describe_point", "ema_generator", "export_run", "only_population_key",
+           "population_change", "population_for", "run_directory", "run_job", "session_record", "start_branch",
            "training_job"]
