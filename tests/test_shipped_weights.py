@@ -22,10 +22,14 @@ from anonpaper.train.checkpoint import load_checkpoint
 pytestmark = pytest.mark.unit
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "weights"
-SHIPPED = sorted(WEIGHTS.glob("*.pt"))
+# The shipped weights, and the weights candidates exported when they reached their kimg (kept as their record).
+SHIPPED = sorted(WEIGHTS.glob("*.pt")) + sorted(WEIGHTS.glob("candidates/*/*.pt"))
 # The shipped runs, and the candidates' runs still training (weights/candidates/NAME/KIND.run, committed so that
-# training goes on in a later session).
-RUNS = sorted(path for pattern in ("*.run", "candidates/*/*.run") for path in WEIGHTS.glob(pattern) if path.is_dir())
+# training goes on in a later session); a finished candidate's run folder may keep its record without the checkpoint.
+RUNS = sorted([path for path in WEIGHTS.glob("*.run") if path.is_dir()]
+              + [path for path in WEIGHTS.glob("candidates/*/*.run") if (path / "checkpoint.pt").is_file()])
+FINISHED_CANDIDATES = sorted(path for path in WEIGHTS.glob("candidates/*/*.run")
+                             if path.is_dir() and not (path / "checkpoint.pt").exists())
 #: What the GPU machines are sent: a copy of the tracked tree, refused above this size.
 TRAVELLING_TREE_LIMIT = 64 * 2 ** 20
 
@@ -69,6 +73,16 @@ def test_a_shipped_run_resumes_as_the_same_run_with_its_recorded_command(run_dir
     assert sum(session["train_seconds"] for session in record["sessions"]) == pytest.approx(
         record["train_seconds"], abs=1.0)
     assert kimg < job.kimg or (run_dir.parent / f"{run_dir.stem}.pt").exists()  # finished runs have exported
+
+
+@pytest.mark.parametrize("run_dir", FINISHED_CANDIDATES, ids=lambda path: str(path.relative_to(WEIGHTS)))
+def test_a_finished_candidate_without_its_checkpoint_keeps_its_exported_weights_and_record(run_dir):
+    record = json.loads((run_dir / "run.json").read_text())
+    exported = json.loads((run_dir.parent / f"{run_dir.stem}.json").read_text())
+    assert (run_dir.parent / f"{run_dir.stem}.pt").is_file()
+    assert record["sessions"][-1]["to_kimg"] == pytest.approx(exported["kimg"]) == pytest.approx(
+        job_of(record["command"]).kimg)
+    assert record["curve"] == exported["curve"]
 
 
 def test_the_tracked_tree_fits_what_a_gpu_machine_is_sent():
