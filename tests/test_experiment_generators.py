@@ -268,6 +268,59 @@ def test_memorisation_rows_find_copies_of_the_training_images():
     assert 0.5 < unseen < 2.0 and se > 0
 
 
+def test_memorisation_of_weights_that_learned_a_population_is_measured_against_that_population():
+    """Shipped weights learned a phantom population of patients outside the cohort. A 'generator' that copies that
+    population sits about as far from the cohort's images as any real image does (a check against the cohort
+    cannot see it), and at distance 0 from the population (:func:`learned_images`), which the check now reads."""
+    from anonpaper.data.population import PopulationSpec, load_population
+
+    config = tiny_config(bootstrap=20)
+    spec = PopulationSpec("phantom-retina", image_size=64, n_patients=6, seed=3)
+    key = load_population(spec, progress=False).key
+    record = {"population": {**spec.description(), "key": key}}
+    shipped = chapter.TrainedGenerator("fundus-sg2", None, "weights", 1.0, pd.DataFrame(), 1.0, provenance=record)
+    assert pipeline.learned_population(shipped) == spec
+    learned, table, name = pipeline.learned_images(shipped, config)
+    assert learned.dtype == np.uint8 and learned.shape[1:] == (32, 32, 3) and len(learned) >= 12
+    assert len(table) == len(learned) and table["patient_id"].nunique() == 6
+    assert name.startswith(f"{len(learned)} images of the population") and key in name and "record" not in name
+    # the description says when the population renders here otherwise than where the weights learned it
+    elsewhere = {"population": {**record["population"], "key": "0123456789abcdef"}}
+    assert "record key 0123456789abcdef" in pipeline.learned_images(
+        chapter.TrainedGenerator("fundus-sg2", None, "weights", 1.0, pd.DataFrame(), 1.0, provenance=elsewhere),
+        config)[2]
+    # weights trained in the chapter learned its cohort
+    trained_here = chapter.TrainedGenerator("fundus-sg2", None, "trained", 1.0, pd.DataFrame(), 1.0)
+    assert pipeline.learned_population(trained_here) is None
+    cohort_train, cohort_table, cohort_name = pipeline.learned_images(trained_here, config)
+    assert cohort_name == f"{len(cohort_train)} training images of the chapter's cohort"
+    assert len(cohort_table) == len(cohort_train) and set(cohort_table["split"]) == {"train"}
+
+    segmenter = pipeline.evaluation_instruments("fundus-sg2", config, progress=False)[0][0]
+    copies = pipeline._as_float(learned[:6])
+    held_out = pipeline._as_float(pipeline.load_images("fundus-sg2", config, "test"))
+
+    def ratio(train):
+        rows, nearest = pipeline.memorisation_rows("fundus-sg2", config, segmenter, "vessel", train, copies, held_out,
+                                                   name)
+        values = {row["metric"]: row["value"] for row in rows}
+        return values["memorisation/ratio"], values["memorisation/n/train"], nearest
+
+    # read a chunk at a time from uint8: the same nearest images (the distances to a tolerance: other batch shapes)
+    pipeline_chunk = pipeline.MEMORISATION_CHUNK
+    try:
+        pipeline.MEMORISATION_CHUNK = 5
+        chunked = ratio(learned)
+    finally:
+        pipeline.MEMORISATION_CHUNK = pipeline_chunk
+    against_population = ratio(learned)
+    assert against_population[0] == pytest.approx(0.0, abs=1e-4) and against_population[1] == len(learned)
+    assert chunked[0] == pytest.approx(0.0, abs=1e-4)
+    assert chunked[2].tolist() == against_population[2].tolist() == [0, 1, 2, 3, 4, 5]
+    against_cohort, count, _ = ratio(cohort_train)
+    assert count == len(cohort_train) and against_cohort > 0.5
+
+
 def test_skeleton_statistics_tell_a_phantom_vessel_tree_from_scattered_strokes():
     from anonpaper.data import load_cohort
 

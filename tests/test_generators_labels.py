@@ -130,6 +130,19 @@ def test_label_shares_read_the_images_and_distances_compare_them():
     assert findings.distance([1.0, 0.0], [0.5, 0.5]) == 0.5
 
 
+
+def test_reference_rows_measure_how_far_the_real_images_true_labels_lie_from_what_the_generator_learned():
+    grade = _classifier("grade", np.zeros(0), np.zeros((0, 3)))
+    learned = pd.DataFrame({grade.column: [0, 0, 1, 2]})
+    real = pd.DataFrame({grade.column: [0, 2, 2, 2]})
+    rows = {row["metric"]: row for row in labels.reference_rows("fundus-sg2", grade, learned, real, "4 images")}
+    names = grade.names
+    assert [rows[f"labels/{name}/learned"]["value"] for name in names] == [0.5, 0.25, 0.25]
+    assert [rows[f"labels/{name}/real_true"]["value"] for name in names] == [0.25, 0.0, 0.75]
+    assert rows["labels/distance/reference"]["value"] == 0.5
+    assert rows[f"labels/{names[0]}/learned"]["protocol"] == "true labels of the 4 images"
+    assert labels.reference_rows("fundus-sg2", grade, learned, learned.iloc[::-1], "")[-1]["value"] == 0.0
+
 # -- the claim ------------------------------------------------------------------------------------------------------
 
 def _outcome(distance: float, check: float, task: str = "grade", jpeg_change: float = 0.02) -> chapter.Outcome:
@@ -166,6 +179,16 @@ def test_label_claim_holds_within_the_tolerance_fails_beyond_and_waits_for_a_tru
                 if claim.id.endswith("-labels")]
     assert "JPEG at quality 90" in claim.reason and "0.08" in claim.reason
     assert _label_verdict(_outcome(0.10, check=0.9, jpeg_change=float("nan"))) == UNDECIDED  # not measured
+    # the note says how far the real images' true labels lie from what the generator learned, when measured
+    (claim,) = [claim for claim in chapter.evaluate_claims(_outcome(0.1, check=0.9)) if claim.id.endswith("-labels")]
+    assert "distance_reference_true" not in claim.ours and "true labels lie" not in claim.reason
+    referenced = _outcome(0.1, check=0.9)
+    referenced.metrics = pd.concat([referenced.metrics, pd.DataFrame([
+        {"kind": "fundus-sg2", "metric": "labels/distance/reference", "value": 0.124, "protocol": ""},
+        {"kind": "fundus-sg2", "metric": "memorisation/n/train", "value": 7438, "protocol": ""}])])
+    (claim,) = [claim for claim in chapter.evaluate_claims(referenced) if claim.id.endswith("-labels")]
+    assert claim.ours["distance_reference_true"] == 0.124 and claim.verdict == HOLDS
+    assert "true labels lie 0.124 from those of the 7438 images the generator learned" in claim.reason
     no_classifier = _outcome(0.10, check=0.6)
     no_classifier.classifiers.clear()
     assert not [claim for claim in chapter.evaluate_claims(no_classifier) if claim.id.endswith("-labels")]
@@ -214,6 +237,14 @@ def test_labels_table_has_a_row_per_label_and_the_summary_names_the_distances():
     assert list(table.columns) == ["true", "real", "generated"] and (table.to_numpy() == 0.3).all()
     assert [label for _, label in table.index] == ["g=0", "g=1", "g=2"]
     assert "label distance 0.250" in chapter.labels_summary(outcome)
+    assert "images it learned" not in chapter.labels_summary(outcome)
+    # with the reference rows: the learned and real_true columns, and the reference's distance in the summary
+    reference = [{"kind": "fundus-sg2", "metric": f"labels/{label}/{source}", "value": 0.2, "protocol": ""}
+                 for _, label in table.index for source in ("learned", "real_true")]
+    reference.append({"kind": "fundus-sg2", "metric": "labels/distance/reference", "value": 0.124, "protocol": ""})
+    outcome.metrics = pd.concat([outcome.metrics, pd.DataFrame(reference)])
+    assert list(chapter.labels_table(outcome).columns) == ["learned", "true", "real_true", "real", "generated"]
+    assert "the images it learned: 0.124" in chapter.labels_summary(outcome)
 
 
 def test_degradations_enter_the_classifiers_training_and_cache_key_only_when_asked(monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -62,9 +63,14 @@ def generators_table(outcome: Outcome) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("kind")
 
 
+LABEL_COLUMNS = ("learned", "true", "real_true", "real", "generated")  # labels_table's columns, when measured
+
+
 def labels_table(outcome: Outcome) -> pd.DataFrame:
-    """Per generator and label: the share of the real training images that carry it (``true``) and the shares the
-    cohort's classifier reads off real and generated images; index (kind, label). Empty when no classifier ran."""
+    """Per generator and label: the share of the images it learned that carry it (``learned``: a population's for
+    shipped weights), of the cohort's real training images (``true``) and of the real images the check reads
+    (``real_true``), and the shares the cohort's classifier reads off real and generated images; index (kind,
+    label); a column is left out when not measured. Empty when no classifier ran."""
     rows = outcome.metrics[outcome.metrics["metric"].str.count("/") == 2]
     rows = rows[rows["metric"].str.startswith("labels/") & ~rows["metric"].str.startswith("labels/distance/")]
     if rows.empty:
@@ -72,12 +78,13 @@ def labels_table(outcome: Outcome) -> pd.DataFrame:
     parts = rows["metric"].str.split("/", expand=True)
     table = rows.assign(label=parts[1], source=parts[2]).pivot_table(
         index=["kind", "label"], columns="source", values="value", aggfunc="first", sort=False)
-    return table[["true", "real", "generated"]]
+    return table[[column for column in LABEL_COLUMNS if column in table.columns]]
 
 
 def labels_summary(outcome: Outcome) -> str:
     """One Markdown line per generator whose cohort has a label classifier: the label distance of generated vs real
-    images beside the distance two real samples give, and the label generated images read as most often."""
+    images beside the distance two real samples give and, when measured, the distance between the true labels of
+    the real images and of the images the generator learned, and the label generated images read as most often."""
     lines = []
     table = labels_table(outcome)
     for kind in outcome.generators:
@@ -85,8 +92,12 @@ def labels_summary(outcome: Outcome) -> str:
             continue
         shares = table.loc[kind]
         top_generated, top_real = shares["generated"].idxmax(), shares["real"].idxmax()
+        reference = outcome.value(kind, "labels/distance/reference")
+        reference = (f"; true labels of the real images against those of the images it learned: {reference:.3f}"
+                     if math.isfinite(reference) else "")
         lines.append(f"- **{kind}**: label distance {outcome.value(kind, 'labels/distance'):.3f} between generated "
-                     f"and real images (two real samples: {outcome.value(kind, 'labels/distance/held_out'):.3f}); "
+                     f"and real images (two real samples: {outcome.value(kind, 'labels/distance/held_out'):.3f}"
+                     f"{reference}); "
                      f"most frequent label read off generated images `{top_generated}` "
                      f"({shares['generated'].max():.0%}), off real images `{top_real}` ({shares['real'].max():.0%}); "
                      f"classifier check {outcome.value(kind, 'labels/check'):.3f}.")

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from anonpaper.experiments.claims import DECISION_Z, Claim, Instrument, decide
 from anonpaper.experiments.generators.config import KINDS, Config
-from anonpaper.experiments.generators.pipeline import (FEATURE_MASKS, TREE_STATISTICS, Outcome,
+from anonpaper.experiments.generators.pipeline import (FEATURE_MASKS, TREE_STATISTICS, Outcome, learned_population,
                                                        relative_difference)
 from anonpaper.metrics.statistics import difference_se
 
@@ -96,10 +96,12 @@ def _memorisation_claim(outcome: Outcome, kind: str, unet: list[Instrument]) -> 
     config = outcome.config
     ratio = outcome.value(kind, "memorisation/ratio")
     held_out = outcome.value(kind, "memorisation/n/held_out")
-    trained = outcome.generators[kind]
+    learned = outcome.value(kind, "memorisation/n/train")
+    population = learned_population(outcome.generators[kind])
     note = ("a generator far from every real image also passes: read it with the FD and vessel checks"
-            + ("; the shipped weights learned a phantom population, while the check reads the chapter's cohort"
-               if trained.source == "shipped" else ""))
+            + (f"; its nearest training images are sought among the {learned:.0f} images of the phantom population "
+               f"the weights learned ({population.n_patients} patients outside the cohort), the held-out images are "
+               "the cohort's test images" if population is not None and math.isfinite(learned) else ""))
     return decide(
         f"{kind}-no-memorisation", f"{kind}: generated samples are no closer to their nearest training image than "
                                    f"held-out real images are (within {100 * config.memorisation_margin:.0f} %)",
@@ -197,6 +199,7 @@ def _label_claim(outcome: Outcome, kind: str, classifier, size: dict) -> Claim:
                  for name in classifier.names for source in ("real", "generated")})
     floor = config.classifier_min_qwk if grade else config.classifier_min_auroc
     measure = "held-out QWK" if grade else "held-out macro AUROC"
+    note = _label_note(outcome, kind, ours)  # adds the reference's own distance to ours
     return decide(
         f"{kind}-labels", f"{kind}: the {what} the cohort's classifier reads off generated images lie within "
                           f"{config.label_tolerance:g} of those it reads off real images "
@@ -210,4 +213,16 @@ def _label_claim(outcome: Outcome, kind: str, classifier, size: dict) -> Claim:
                                 f"labels when saved as JPEG at quality {config.label_jpeg_quality}",
                                 outcome.value(kind, "labels/jpeg_change"), config.label_tolerance / 2,
                                 higher_is_better=False)],
-        note=f"two real samples lie {ours['distance_held_out']:.3f} apart", **size)
+        note=note, **size)
+
+
+def _label_note(outcome: Outcome, kind: str, ours: dict) -> str:
+    """What the label claim's reader should weigh beside its verdict: how far two real samples lie apart, and how far
+    the real images' true labels lie from those of the images the generator learned."""
+    note = f"two real samples lie {ours['distance_held_out']:.3f} apart"
+    reference = outcome.value(kind, "labels/distance/reference")
+    if math.isfinite(reference):
+        ours["distance_reference_true"] = round(reference, 3)
+        note += (f"; the real images' true labels lie {reference:.3f} from those of the "
+                 f"{outcome.value(kind, 'memorisation/n/train'):.0f} images the generator learned")
+    return note

@@ -287,11 +287,41 @@ def label_classifier(kind: str, config: Config, *, backbone: str, epochs: int, s
 
 
 def training_labels(kind: str, config: Config, classifier: LabelClassifier) -> np.ndarray:
-    """The true labels, (N,) or (N, K), of generator ``kind``'s labelled training images (what it learned)."""
-    table = kind_cohort(kind, config).split("train").table
+    """The true labels, (N,) or (N, K), of the labelled training images of generator ``kind``'s cohort."""
+    return table_labels(kind_cohort(kind, config).split("train").table, classifier)
+
+
+def table_labels(table: pd.DataFrame, classifier: LabelClassifier) -> np.ndarray:
+    """The true labels, (N,) or (N, K), that ``classifier`` reads, of a cohort or population table's labelled rows."""
     columns = [classifier.column] if classifier.task == "grade" else [f"true_{name}" for name in classifier.names]
     values = table[columns].dropna().to_numpy().astype(np.int64)
     return values[:, 0] if classifier.task == "grade" else values
+
+
+def reference_rows(kind: str, classifier: LabelClassifier, learned: pd.DataFrame, real: pd.DataFrame,
+                   learned_name: str) -> list[dict]:
+    """How far the real images the label check reads lie, in their true labels, from the images generator ``kind``
+    learned: per label the true share in each (``labels/<name>/learned``, ``labels/<name>/real_true``) and their
+    distance (``labels/distance/reference``). Labels belong to patients, so a cohort of a few hundred patients draws
+    its shares with an error of its own, which a generator that learned a larger population cannot match.
+
+    Args:
+        learned: Table of the images the generator learned (a population's or the cohort's training split).
+        real: Table rows of the real images the check reads, in any order.
+        learned_name: What ``learned`` is, for the protocol.
+    """
+    shares = {"learned": classifier.true_shares(table_labels(learned, classifier)),
+              "real_true": classifier.true_shares(table_labels(real, classifier))}
+    sources = {"learned": f"true labels of the {learned_name}",
+               "real_true": f"true labels of the {len(real)} real images the label check reads"}
+    rows = [{"kind": kind, "metric": f"labels/{name}/{source}", "value": float(values[index]),
+             "protocol": sources[source]}
+            for source, values in shares.items() for index, name in enumerate(classifier.names)]
+    rows.append({"kind": kind, "metric": "labels/distance/reference",
+                 "value": classifier.distance(shares["real_true"], shares["learned"]),
+                 "protocol": f"{classifier.distance_name} between the true labels of the real images the check reads "
+                             "and of the images the generator learned"})
+    return rows
 
 
 def label_rows(kind: str, config: Config, classifier: LabelClassifier, real: torch.Tensor,

@@ -31,6 +31,7 @@ import torch
 
 from anonpaper.cache import ArtifactCache
 from anonpaper.data import load_cohort
+from anonpaper.data.population import PopulationSpec, load_population
 from anonpaper.experiments.generators.config import KINDS, PHANTOM_FUNDUS, Config
 from anonpaper.experiments.generators.weights import (WeightsForAnotherConfig, WeightsRefused, export_weights,
                                                       load_weights, weights_paths)
@@ -161,6 +162,43 @@ def load_images(kind: str, config: Config, split: str | None = None) -> np.ndarr
     """The cohort images generator ``kind`` learns, uint8 (N, H, W[, C]), of one split (None: train)."""
     cohort = kind_cohort(kind, config)
     return to_generator_size(cohort.split(split or "train").load_images(), config.image_size_of(kind))
+
+
+def learned_population(trained: TrainedGenerator) -> PopulationSpec | None:
+    """The phantom population generator weights learned, read from their provenance (``anonpaper generators train``
+    records it); None when they learned the chapter's cohort (trained here, or weights without a population)."""
+    record = (trained.provenance or {}).get("population")
+    if not record:
+        return None
+    return PopulationSpec(record["dataset"], image_size=int(record["image_size"]),
+                          n_patients=int(record["n_patients"]), seed=int(record["seed"]))
+
+
+def learned_images(trained: TrainedGenerator, config: Config,
+                   progress: bool = False) -> tuple[np.ndarray, pd.DataFrame, str]:
+    """The images generator ``trained`` learned, uint8 (N, H, W[, C]) at its side (a population's memory-mapped,
+    rendered here or read from the cache), their table (one row per image: labels, phantom parameters) and what
+    they are, for protocols.
+
+    Shipped weights learned a phantom population of patients outside the chapter's cohort, so their memorisation is
+    measured against that population: a generator that copied it would sit as far from the cohort's images as
+    any real image does, and a check against the cohort could not see it. The population renders here with the
+    libraries installed; when its key differs from the one the weights record (another OpenCV release draws a few
+    pixels one grey level apart), the description says so.
+    """
+    kind = trained.kind
+    spec = learned_population(trained)
+    if spec is None:
+        images = load_images(kind, config)
+        return (images, kind_cohort(kind, config).split("train").table,
+                f"{len(images)} training images of the chapter's cohort")
+    population = load_population(spec, progress=progress)
+    images = to_generator_size(population.images, config.image_size_of(kind))
+    recorded = trained.provenance["population"].get("key")
+    drawn = "" if recorded in (None, population.key) else f"; the weights record key {recorded}, drawn elsewhere"
+    return images, population.table, (f"{len(images)} images of the population the weights learned "
+                                      f"({spec.n_patients} phantom patients outside the cohort, seed {spec.seed}, key "
+                                      f"{population.key}{drawn})")
 
 
 def to_generator_size(images: np.ndarray, side: int) -> np.ndarray:
@@ -766,8 +804,12 @@ NEAREST_SHOWN = 8  # generated samples shown beside their nearest training image
 MASKS_SHOWN = 8  # real and generated images shown beside the U-Net masks the checks read
 
 
-def memorisation_rows(kind: str, config: Config, segmenter, mask_name: str, train: torch.Tensor,
-                      generated: torch.Tensor, held_out: torch.Tensor) -> tuple[list[dict], np.ndarray]:
+MEMORISATION_CHUNK = 500  # training images converted to float at a time (a population holds thousands)
+
+
+def memorisation_rows(kind: str, config: Config, segmenter, mask_name: str, train: np.ndarray | torch.Tensor,
+                      generated: torch.Tensor, held_out: torch.Tensor,
+                      train_name: str = "training images") -> tuple[list[dict], np.ndarray]:
     """The memorisation check: the distance of each generated sample to its nearest training image against that of
     held-out real images (never trained on) to theirs, in the U-Net's pooled features.
 
@@ -776,23 +818,31 @@ def memorisation_rows(kind: str, config: Config, segmenter, mask_name: str, trai
     bootstrap draws of both sets.
 
     Args:
-        train: (T, C, R, R) every training image of the generator's cohort, in [0, 1] at the generator's side.
-        generated: (N, C, R, R) samples; ``held_out``: (H, C, R, R) real test images.
+        train: Every image the generator learned (:func:`learned_images`): uint8 (T, H, W[, C]), read a chunk at a
+            time, or float (T, C, R, R) in [0, 1], at the generator's side.
+        generated: (N, C, R, R) samples; ``held_out``: (H, C, R, R) real images it never learned.
+        train_name: What ``train`` is, for the protocol.
 
     Returns:
         ``(metric rows, nearest training index of each generated sample (N,))``.
     """
-    features = {name: unet_features(segmenter, to_cohort_size(images, config, kind))
+    def features_of(images) -> np.ndarray:
+        chunks = [images[start:start + MEMORISATION_CHUNK] for start in range(0, len(images), MEMORISATION_CHUNK)]
+        return np.concatenate([unet_features(segmenter, to_cohort_size(
+            _as_float(chunk) if isinstance(chunk, np.ndarray) else chunk, config, kind)) for chunk in chunks])
+
+    features = {name: features_of(images)
                 for name, images in (("train", train), ("generated", generated), ("held_out", held_out))}
     rows = []
 
     def add(metric: str, value: float, protocol: str) -> None:
         rows.append({"kind": kind, "metric": f"memorisation/{metric}", "value": float(value), "protocol": protocol})
 
-    protocol = (f"Euclidean distance to the nearest of {len(train)} training images in the pooled encoder taps of "
-                f"the {mask_name} U-Net")
+    protocol = (f"Euclidean distance to the nearest of the {train_name} in the pooled encoder taps of the "
+                f"{mask_name} U-Net")
     generated_distance, nearest = nearest_neighbours(features["generated"], features["train"])
     add("nn_distance/generated", generated_distance.mean(), f"{len(generated)} generated (psi 1); {protocol}")
+    add("n/train", len(train), train_name)
     add("n/held_out", len(held_out), "held-out real test images")
     if len(held_out) >= 2:
         held_distance, _ = nearest_neighbours(features["held_out"], features["train"])
@@ -817,9 +867,11 @@ def evaluation_instruments(kind: str, config: Config, progress: bool = True) -> 
 
 
 def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: str,
-             labels=None) -> tuple[list[dict], dict]:
+             labels=None, progress: bool = False) -> tuple[list[dict], dict]:
     """Metric rows and sample arrays of one generator (see :class:`Outcome`); ``labels``, a
-    :class:`~anonpaper.experiments.generators.labels.LabelClassifier` of its cohort, adds the label rows."""
+    :class:`~anonpaper.experiments.generators.labels.LabelClassifier` of its cohort, adds the label rows. The
+    distribution, mask and label checks read the cohort's training images; the memorisation check reads what the
+    generator learned (:func:`learned_images`; ``progress``: a bar while a population renders)."""
     kind, generator = trained.kind, trained.generator
     train_all = _as_float(load_images(kind, config))
     real, pick = evaluation_reals(kind, config, train_all)
@@ -836,8 +888,14 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
     spectrum, mean_spectra = spectrum_rows(kind, config, real, fake)
     rows.extend(spectrum)
     test_all = _as_float(load_images(kind, config, "test"))
-    memorisation, nearest = memorisation_rows(kind, config, segmenter, mask_name, train_all, fake,
-                                              test_all[:config.eval_images])
+    learned, learned_table, learned_name = learned_images(trained, config, progress)
+    if labels is not None:
+        from anonpaper.experiments.generators.labels import reference_rows
+
+        real_table = kind_cohort(kind, config).split("train").table.iloc[pick]
+        rows.extend(reference_rows(kind, labels, learned_table, real_table, learned_name))
+    memorisation, nearest = memorisation_rows(kind, config, segmenter, mask_name, learned, fake,
+                                              test_all[:config.eval_images], learned_name)
     rows.extend(memorisation)
 
     def add(metric: str, value: float, protocol: str) -> None:
@@ -848,7 +906,7 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
                "truncation": np.stack([generate(generator, 6, seed, psi).numpy() for psi in TRUNCATIONS]),
                "projected_target": held_out.numpy(),
                "nearest_generated": fake[:NEAREST_SHOWN].numpy(),
-               "nearest_train": train_all[torch.as_tensor(nearest[:NEAREST_SHOWN])].numpy(),
+               "nearest_train": _as_float(learned[nearest[:NEAREST_SHOWN]]).numpy(),
                **{f"spectrum_{name}": values for name, values in mean_spectra.items()}}
     for name, images in (("real", real), ("generated", fake)):
         # What the mask-fraction and vessel-tree checks read: the U-Net's masks at its threshold, cohort side.
@@ -889,7 +947,8 @@ def run(config: Config, kinds: tuple[str, ...] | None = None, progress: bool = T
         if dataset not in segmenters:
             segmenters[dataset], classifiers[dataset] = evaluation_instruments(kind, config, progress)
         model, info = segmenters[dataset]
-        kind_rows, samples[kind] = evaluate(generators[kind], config, model, info["mask"], classifiers[dataset])
+        kind_rows, samples[kind] = evaluate(generators[kind], config, model, info["mask"], classifiers[dataset],
+                                            progress)
         rows.extend(kind_rows)
     return Outcome(config, generators, pd.DataFrame(rows), samples,
                    {dataset: info for dataset, (_, info) in segmenters.items()}, time.perf_counter() - start,
