@@ -295,6 +295,10 @@ def test_memorisation_of_weights_that_learned_a_population_is_measured_against_t
     cohort_train, cohort_table, cohort_name = pipeline.learned_images(trained_here, config)
     assert cohort_name == f"{len(cohort_train)} training images of the chapter's cohort"
     assert len(cohort_table) == len(cohort_train) and set(cohort_table["split"]) == {"train"}
+    # images the caller already holds stand in for the cohort's, and only for a generator that learned the cohort
+    assert np.array_equal(cohort_train, pipeline.load_images("fundus-sg2", config))
+    assert pipeline.learned_images(trained_here, config, cohort_train=cohort_train)[0] is cohort_train
+    assert pipeline.learned_images(shipped, config, cohort_train=cohort_train)[0].shape == learned.shape
 
     segmenter = pipeline.evaluation_instruments("fundus-sg2", config, progress=False)[0][0]
     copies = pipeline._as_float(learned[:6])

@@ -174,8 +174,8 @@ def learned_population(trained: TrainedGenerator) -> PopulationSpec | None:
                           n_patients=int(record["n_patients"]), seed=int(record["seed"]))
 
 
-def learned_images(trained: TrainedGenerator, config: Config,
-                   progress: bool = False) -> tuple[np.ndarray, pd.DataFrame, str]:
+def learned_images(trained: TrainedGenerator, config: Config, progress: bool = False,
+                   cohort_train: np.ndarray | None = None) -> tuple[np.ndarray, pd.DataFrame, str]:
     """The images generator ``trained`` learned, uint8 (N, H, W[, C]) at its side (a population's memory-mapped,
     rendered here or read from the cache), their table (one row per image: labels, phantom parameters) and what
     they are, for protocols.
@@ -184,12 +184,14 @@ def learned_images(trained: TrainedGenerator, config: Config,
     measured against that population: a generator that copied it would sit as far from the cohort's images as
     any real image does, and a check against the cohort could not see it. The population renders here with the
     libraries installed; when its key differs from the one the weights record (another OpenCV release draws a few
-    pixels one grey level apart), the description says so.
+    pixels one grey level apart), the description says so. ``cohort_train``: the cohort's training images as
+    :func:`load_images` returns them, when the caller holds them already (used only for a generator that learned
+    the cohort, so they are not read twice).
     """
     kind = trained.kind
     spec = learned_population(trained)
     if spec is None:
-        images = load_images(kind, config)
+        images = load_images(kind, config) if cohort_train is None else cohort_train
         return (images, kind_cohort(kind, config).split("train").table,
                 f"{len(images)} training images of the chapter's cohort")
     population = load_population(spec, progress=progress)
@@ -873,7 +875,8 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
     distribution, mask and label checks read the cohort's training images; the memorisation check reads what the
     generator learned (:func:`learned_images`; ``progress``: a bar while a population renders)."""
     kind, generator = trained.kind, trained.generator
-    train_all = _as_float(load_images(kind, config))
+    train_images = load_images(kind, config)
+    train_all = _as_float(train_images)
     real, pick = evaluation_reals(kind, config, train_all)
     count = len(real)
     seed = derive_seed(config.seed, "samples", kind)
@@ -888,7 +891,7 @@ def evaluate(trained: TrainedGenerator, config: Config, segmenter, mask_name: st
     spectrum, mean_spectra = spectrum_rows(kind, config, real, fake)
     rows.extend(spectrum)
     test_all = _as_float(load_images(kind, config, "test"))
-    learned, learned_table, learned_name = learned_images(trained, config, progress)
+    learned, learned_table, learned_name = learned_images(trained, config, progress, cohort_train=train_images)
     if labels is not None:
         from anonpaper.experiments.generators.labels import reference_rows
 
