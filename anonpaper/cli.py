@@ -651,8 +651,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="folder of the weights and the run (default: the project's weights/)")
     p.add_argument("--branch-from", default=None, metavar="RUN_DIR",
                    help="start a new run in OUT from another run folder's checkpoint (same generator and "
-                        "evaluation; --change may change the recipe, e.g. a lower learning rate); the source is only "
-                        "read, and --resume alone continues the branch")
+                        "evaluation; --change may change the recipe, e.g. a lower learning rate, and --batch the images "
+                        "per step, the checkpoint's images then counted in the new steps); the source is only read, "
+                        "and --resume alone continues the branch")
     p.add_argument("--rerendered-population", action="store_true",
                    help="continue (or branch from) a run whose training population this environment renders with "
                         "other pixels (another OpenCV release: same patients, other key), training on the images as "

@@ -582,6 +582,33 @@ def test_a_branch_starts_from_another_runs_checkpoint_with_its_own_recipe_and_le
     assert sha256_of(plain.weights) != sha256_of(branch.weights)
 
 
+def test_a_branch_with_another_batch_counts_the_same_images_in_its_own_steps(tmp_path):
+    jobs.run_job(tiny_job(kimg=0.016, eval_kimg=0.016), tmp_path / "source", progress=False, log=lambda _: None)
+    source = tmp_path / "source" / "fundus-sg2.run"
+    before = {path.name: path.read_bytes() for path in source.iterdir() if path.is_file()}
+    # 16 images: step 2 at batch 8 is step 1 at batch 16, and the branch trains two more steps of 16 to 48 images.
+    branch = jobs.run_job(tiny_job(kimg=0.048, batch_size=16), tmp_path / "branch", branch_from=source,
+                          progress=False, log=lambda _: None)
+    assert branch.finished and branch.kimg == pytest.approx(0.048)
+    assert {path.name: path.read_bytes() for path in source.iterdir() if path.is_file()} == before
+    run = tmp_path / "branch" / "fundus-sg2.run"
+    record = json.loads((run / "run.json").read_text())
+    assert record["branch"]["rebatched"] == {"from_batch": 8, "to_batch": 16, "from_step": 2, "to_step": 1,
+                                             "images": 16}
+    assert record["branch"]["from_kimg"] == pytest.approx(0.016) and record["branch"]["from_step"] == 1
+    assert any(line.startswith("training.batch_size") for line in record["branch"]["changed"])
+    # The source's evaluations keep their kimg and take the step of that kimg at the new batch.
+    assert [(point["kimg"], point["step"]) for point in record["curve"]] == [(0.0, 0), (0.016, 1)]
+    state = torch.load(run / "checkpoint.pt", weights_only=False)
+    assert state["step"] == 3 and state["training_config"]["batch_size"] == 16
+    # A checkpoint whose images are not a whole number of the new batches is refused, naming it.
+    with pytest.raises(jobs.RunMismatch, match=r"checkpoint.pt is at 16 images .* not a whole number of batches of "
+                                                r"32"):
+        jobs.run_job(tiny_job(kimg=0.064, batch_size=32), tmp_path / "other", branch_from=source, progress=False,
+                     log=lambda _: None)
+    assert not (tmp_path / "other" / "fundus-sg2.run" / "checkpoint.pt").exists()
+
+
 def test_a_branch_of_another_generator_or_into_an_existing_run_is_refused(tmp_path):
     jobs.run_job(tiny_job(kimg=0.016), tmp_path / "source", progress=False, log=lambda _: None)
     source = tmp_path / "source" / "fundus-sg2.run"

@@ -61,7 +61,7 @@ from anonpaper.experiments.generators.pipeline import (PROJECT_ROOT, build_netwo
 from anonpaper.experiments.generators.weights import export_weights
 from anonpaper.models.stylegan import StyleGenerator
 from anonpaper.runtime import cpu_arithmetic, derive_seed, git_sha
-from anonpaper.train.checkpoint import load_checkpoint
+from anonpaper.train.checkpoint import load_checkpoint, pack_history, save_checkpoint
 from anonpaper.train.distributed import broadcast_object, init_distributed, is_main_process
 from anonpaper.train.gan import train_gan
 from anonpaper.train.loop import as_image_tensor
@@ -371,8 +371,10 @@ def start_branch(job: TrainingJob, run_dir: Path, source: Path, record_of_source
                  rerendered_population: bool = False) -> dict[str, Any]:
     """Start ``run_dir`` as a branch of the run in ``source``, whose ``run.json`` is ``record_of_source`` (see
     :func:`run_job`'s ``branch_from``): copy its checkpoint, and write a ``run.json`` with this job's identity, the
-    source's curve, protocols, sessions and training seconds so far, and a ``branch`` entry (source folder, kimg and step, the copied checkpoint's SHA-256,
-    the source's identity and what differs from it). Returns that record. With ``rerendered_population``, the
+    source's curve, protocols, sessions and training seconds so far, and a ``branch`` entry (source folder, kimg
+    and step, the copied checkpoint's SHA-256, the source's identity and what differs from it; with another batch
+    size, the checkpoint and curve restated in the new steps by :func:`rebatched_branch`, and a ``rebatched``
+    entry). Returns that record. With ``rerendered_population``, the
     source's population may differ in its key alone (:func:`population_change` is recorded).
 
     Raises:
@@ -397,14 +399,24 @@ def start_branch(job: TrainingJob, run_dir: Path, source: Path, record_of_source
                           "protocol): " + "; ".join(protocol[:8]))
     checkpoint = (source / "checkpoint.pt").read_bytes()
     state = torch.load(io.BytesIO(checkpoint), map_location="cpu", weights_only=False)
+    source_step = int(state["step"])
+    source_batch = int((state.get("training_config") or {}).get("batch_size")
+                       or (source_identity.get("training") or {}).get("batch_size") or job.config.batch_size)
+    curve = [point for point in record_of_source.get("curve") or [] if point["step"] <= source_step]
+    rebatched = None
+    if source_batch != job.config.batch_size:
+        state, curve, rebatched = rebatched_branch(state, curve, source_batch, job.config.batch_size,
+                                                    source / "checkpoint.pt")
     step = int(state["step"])
     if step > job.steps:
         raise RunMismatch(f"{source / 'checkpoint.pt'} is at {job.kimg_of(step):g} kimg, past the target "
                           f"{job.kimg:g} kimg; ask for more")
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(run_dir / "checkpoint.pt", checkpoint)
-    record = {"format": RUN_FORMAT, "identity": identity, "evaluation": evaluation,
-              "curve": [point for point in record_of_source.get("curve") or [] if point["step"] <= step],
+    if rebatched is None:
+        atomic_write_bytes(run_dir / "checkpoint.pt", checkpoint)
+    else:
+        save_checkpoint(run_dir / "checkpoint.pt", state)
+    record = {"format": RUN_FORMAT, "identity": identity, "evaluation": evaluation, "curve": curve,
               "protocols": dict(record_of_source.get("protocols") or {}),
               "train_seconds": float(record_of_source.get("train_seconds") or 0.0),
               "sessions": list(record_of_source.get("sessions") or []), "command": job.command(),
@@ -413,9 +425,55 @@ def start_branch(job: TrainingJob, run_dir: Path, source: Path, record_of_source
                          "checkpoint_sha256": hashlib.sha256(checkpoint).hexdigest(),
                          "source_command": record_of_source.get("command"), "source_identity": source_identity,
                          "changed": [line.replace("asked", "branch has").replace("run has", "source had")
-                                     for line in differences]}}
+                                     for line in differences],
+                         **({"rebatched": rebatched} if rebatched else {})}}
     atomic_write_bytes(run_dir / "run.json", (json.dumps(record, indent=1, default=str) + "\n").encode())
     return record
+
+
+def rebatched_branch(state: dict[str, Any], curve: list[dict[str, Any]], source_batch: int, batch: int,
+                     path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """A trainer checkpoint and its run's curve restated for another batch size, for a branch that changes it.
+
+    The trainer counts steps (global batches), so a checkpoint of step ``s`` at batch ``b`` is ``s * b`` images
+    into the run: at batch ``batch`` the branch starts at step ``s * b / batch``, which must be a whole number. The
+    curve's evaluations keep their kimg and are given the step of that kimg at the new batch (a float where it
+    falls between steps). The per-step loss history is left out of the branch's checkpoint (its steps count
+    another batch; the source's checkpoint keeps it). Everything else (networks, optimisers, random streams, the
+    path-length mean, ADA's state) carries over as it is; the trainer's per-step rules (lazy regularisation
+    intervals) and its per-image ones (EMA half-life, augmentation speed) then run at the new batch, as NVIDIA's
+    code does when a run is resumed with another ``--batch``.
+
+    Args:
+        state: The source's checkpoint (:func:`~anonpaper.train.checkpoint.load_checkpoint`); not modified.
+        curve: The source's evaluations up to the checkpoint (``run.json["curve"]``); not modified.
+        source_batch: The source run's images per step.
+        batch: The branch's images per step (> 0).
+        path: The source checkpoint's file, for messages.
+
+    Returns:
+        ``(state, curve, rebatched)``: the restated checkpoint and curve, and the record of the change
+        (``{"from_batch", "to_batch", "from_step", "to_step", "images"}``).
+
+    Raises:
+        RunMismatch: The checkpoint's images are not a whole number of the new batches.
+    """
+    source_step = int(state["step"])
+    images = source_step * source_batch
+    if batch <= 0 or images % batch:
+        raise RunMismatch(f"{path} is at {images} images (step {source_step} of {source_batch}), not a whole number "
+                          f"of batches of {batch}: branch from another checkpoint or choose another --batch")
+    step = images // batch
+    restated = {**state, "step": step, "history": pack_history([]),
+                "training_config": {**(state.get("training_config") or {}), "batch_size": batch}}
+
+    def step_at(kimg: float) -> int | float:
+        images_then = round(float(kimg) * 1000)
+        return images_then // batch if images_then % batch == 0 else images_then / batch
+
+    curve = [{**point, "step": step_at(point["kimg"])} for point in curve]
+    return restated, curve, {"from_batch": source_batch, "to_batch": batch, "from_step": source_step,
+                             "to_step": step, "images": images}
 
 
 def _checkpoint_step(run_dir: Path) -> int:
@@ -456,7 +514,8 @@ def run_job(job: TrainingJob, out_dir: str | Path | None = None, *, resume: bool
         branch_from: Another run folder of the same generator (kind, architecture, network seed, population) to
             start this run from (``--branch-from``): its checkpoint is copied into the new run folder, with its curve
             and sessions, and training continues from there under this job's recipe (e.g. a lower learning rate
-            or another R1 gamma). The source is only read. Only for a run folder without a run yet; a branch is
+            or another R1 gamma, or another batch size: :func:`rebatched_branch`). The source is only read.
+            Only for a run folder without a run yet; a branch is
             continued later with ``resume`` alone. The branch's ``run.json`` and exported provenance record the
             source folder, its kimg, the SHA-256 of the checkpoint copied and what the recipe changed.
         rerendered_population: Continue (or branch from) a run whose population this environment renders with
