@@ -400,8 +400,7 @@ def start_branch(job: TrainingJob, run_dir: Path, source: Path, record_of_source
     checkpoint = (source / "checkpoint.pt").read_bytes()
     state = torch.load(io.BytesIO(checkpoint), map_location="cpu", weights_only=False)
     source_step = int(state["step"])
-    source_batch = int((state.get("training_config") or {}).get("batch_size")
-                       or (source_identity.get("training") or {}).get("batch_size") or job.config.batch_size)
+    source_batch = int(state["training_config"]["batch_size"])  # every trainer checkpoint records its recipe
     curve = [point for point in record_of_source.get("curve") or [] if point["step"] <= source_step]
     rebatched = None
     if source_batch != job.config.batch_size:
@@ -465,7 +464,7 @@ def rebatched_branch(state: dict[str, Any], curve: list[dict[str, Any]], source_
                           f"of batches of {batch}: branch from another checkpoint or choose another --batch")
     step = images // batch
     restated = {**state, "step": step, "history": pack_history([]),
-                "training_config": {**(state.get("training_config") or {}), "batch_size": batch}}
+                "training_config": {**state["training_config"], "batch_size": batch}}
 
     def step_at(kimg: float) -> int | float:
         images_then = round(float(kimg) * 1000)
